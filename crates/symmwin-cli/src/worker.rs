@@ -1,0 +1,217 @@
+//! One rank of `demo` or `bench`: joins the group through the launch's file store.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use symmwin::provider::cuda::CudaProvider;
+use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Window};
+
+use crate::ProviderChoice;
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum Task {
+    Demo,
+    BenchRendezvous,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    #[arg(long, value_enum)]
+    pub task: Task,
+    #[arg(long)]
+    pub rank: usize,
+    #[arg(long)]
+    pub world: usize,
+    #[arg(long)]
+    pub store: std::path::PathBuf,
+    #[arg(long, value_enum)]
+    pub provider: ProviderChoice,
+    /// Bytes per peer (demo) or comma-separated window sizes (bench).
+    #[arg(long)]
+    pub sizes: String,
+    #[arg(long, default_value_t = 10)]
+    pub iters: usize,
+}
+
+pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let provider = make_provider(args.provider, args.rank, &config).map_err(|e| e.to_string())?;
+    let store = Arc::new(FileStore::new(&args.store).map_err(|e| e.to_string())?);
+    let group = Group::new(
+        GroupSpec::new("world", args.rank, args.world),
+        store,
+        provider.clone(),
+        &config,
+    )
+    .map_err(|e| e.to_string())?;
+    let sizes = args
+        .sizes
+        .split(',')
+        .map(crate::parse_size)
+        .collect::<Result<Vec<_>, _>>()?;
+    let result = match args.task {
+        Task::Demo => demo(&group, &provider, sizes[0], args.iters),
+        Task::BenchRendezvous => bench_rendezvous(&group, &provider, &sizes, args.iters),
+    }
+    .map_err(|e| e.to_string())?;
+    println!(
+        "{}",
+        json!({"event": "result", "rank": args.rank, "data": result})
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The provider a rank uses: CUDA device `rank % devices`, or host memory.
+pub fn make_provider(
+    choice: ProviderChoice,
+    rank: usize,
+    config: &Config,
+) -> symmwin::Result<Arc<dyn Provider>> {
+    let cuda_devices = || symmwin::provider::cuda::device_count().unwrap_or(0);
+    match choice {
+        ProviderChoice::Host => Ok(Arc::new(HostProvider::new())),
+        ProviderChoice::Auto if cuda_devices() == 0 => Ok(Arc::new(HostProvider::new())),
+        ProviderChoice::Auto | ProviderChoice::Cuda => {
+            let n = symmwin::provider::cuda::device_count()?;
+            if n == 0 {
+                return Err(symmwin::Error::new(
+                    symmwin::Phase::Probe,
+                    symmwin::ErrorKind::NoDriver("no CUDA device".into()),
+                ));
+            }
+            Ok(Arc::new(CudaProvider::new(
+                (rank % n as usize) as i32,
+                config.handle,
+            )?))
+        }
+    }
+}
+
+fn progress(done: usize, total: usize) {
+    println!(
+        "{}",
+        json!({"event": "progress", "done": done, "total": total})
+    );
+}
+
+/// Word `k` of the chunk rank `src` sends to rank `dst` in iteration `iter`.
+fn pattern_word(src: usize, dst: usize, iter: usize, k: usize) -> u64 {
+    let seed = ((src as u64) << 48) ^ ((dst as u64) << 32) ^ ((iter as u64) << 16);
+    (seed ^ k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed
+}
+
+fn pattern(src: usize, dst: usize, iter: usize, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    for k in 0..len.div_ceil(8) {
+        out.extend_from_slice(&pattern_word(src, dst, iter, k).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// All-to-all: each rank's slot is `[send: world chunks | recv: world chunks]`; rank r
+/// copies send chunk p into rank p's recv chunk r, then every byte is checked.
+fn demo(
+    group: &Group,
+    provider: &Arc<dyn Provider>,
+    chunk: usize,
+    iters: usize,
+) -> symmwin::Result<serde_json::Value> {
+    let (rank, world) = (group.rank(), group.world());
+    let recv_base = chunk * world;
+    let t0 = Instant::now();
+    let alloc = Allocation::new(provider.clone(), 2 * chunk * world)?;
+    let window = group.rendezvous(&alloc)?;
+    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut push_s = Vec::with_capacity(iters);
+    let mut mismatched_bytes = 0usize;
+    let mut received = vec![0u8; chunk];
+    for iter in 0..iters {
+        window.zero_own(recv_base, chunk * world)?;
+        for peer in 0..world {
+            window.write(rank, peer * chunk, &pattern(rank, peer, iter, chunk))?;
+        }
+        // Nobody pushes before every rank has cleared its receive area.
+        window.barrier(0, None, 0)?;
+        let start = Instant::now();
+        for step in 0..world {
+            // Stagger destinations so ranks do not all hit the same peer at once.
+            let peer = (rank + step) % world;
+            window.copy(
+                (peer, recv_base + rank * chunk),
+                (rank, peer * chunk),
+                chunk,
+            )?;
+        }
+        window.barrier(0, None, 0)?;
+        push_s.push(start.elapsed().as_secs_f64());
+        for src in 0..world {
+            window.read(rank, recv_base + src * chunk, &mut received)?;
+            let expected = pattern(src, rank, iter, chunk);
+            mismatched_bytes += received
+                .iter()
+                .zip(&expected)
+                .filter(|(a, b)| a != b)
+                .count();
+        }
+        progress(iter + 1, iters);
+    }
+    let mut sorted = push_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    let leaving = (chunk * (world - 1)) as f64;
+    drop(window);
+    Ok(json!({
+        "setup_ms": setup_ms,
+        "push_median_us": median * 1e6,
+        "gbps": leaving / median / 1e9,
+        "gbps_min": leaving / sorted.last().copied().unwrap_or(f64::NAN) / 1e9,
+        "gbps_max": leaving / sorted.first().copied().unwrap_or(f64::NAN) / 1e9,
+        "mismatched_bytes": mismatched_bytes,
+        "verified_bytes": chunk * world * iters,
+        "handle_type": provider.info().handle_type.to_string(),
+        "device": provider.info().device,
+    }))
+}
+
+/// Alloc + rendezvous + free, `iters` times per size, with the phase split.
+fn bench_rendezvous(
+    group: &Group,
+    provider: &Arc<dyn Provider>,
+    sizes: &[usize],
+    iters: usize,
+) -> symmwin::Result<serde_json::Value> {
+    // A small window whose barrier lines the ranks up before each timed rendezvous.
+    let sync_alloc = Allocation::new(provider.clone(), 4096)?;
+    let sync: Window = group.rendezvous(&sync_alloc)?;
+    let mut rows = Vec::new();
+    let total = sizes.len() * (iters + 1);
+    let mut done = 0;
+    for &size in sizes {
+        let mut samples = Vec::new();
+        // One extra, untimed round warms up the pad pool and the driver.
+        for i in 0..=iters {
+            sync.barrier(0, None, 0)?;
+            let t0 = Instant::now();
+            let alloc = Allocation::new(provider.clone(), size)?;
+            let create_us = t0.elapsed().as_secs_f64() * 1e6;
+            let (window, phases) =
+                group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
+            let total_us = t0.elapsed().as_secs_f64() * 1e6;
+            let t1 = Instant::now();
+            drop(window);
+            drop(alloc);
+            let free_us = t1.elapsed().as_secs_f64() * 1e6;
+            if i > 0 {
+                samples.push(json!({"create_us": create_us, "total_us": total_us, "free_us": free_us, "phases": phases}));
+            }
+            done += 1;
+            progress(done, total);
+        }
+        rows.push(json!({"size": size, "samples": samples}));
+    }
+    Ok(json!({"rows": rows, "pad_pools": group.pad_pool_count()}))
+}

@@ -1,0 +1,87 @@
+//! Local memory that can later become a window of any group.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::layout::round_up;
+use crate::provider::{Memory, Provider, Span};
+
+/// Physical memory plus this process's own mapping of it. Cheap to clone.
+///
+/// Dropping the last clone unmaps the local view and releases the handle; windows
+/// made from it keep the memory alive through their own mappings.
+#[derive(Clone, Debug)]
+pub struct Allocation {
+    inner: Arc<AllocationInner>,
+}
+
+#[derive(Debug)]
+struct AllocationInner {
+    id: u64,
+    size: usize,
+    local: Box<dyn Span>,
+    memory: Box<dyn Memory>,
+    provider: Arc<dyn Provider>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Allocation {
+    /// `size` zero-filled bytes (rounded up to the provider's granularity).
+    pub fn new(provider: Arc<dyn Provider>, size: usize) -> Result<Self> {
+        if size == 0 {
+            return Err(Error::invalid("cannot allocate 0 bytes"));
+        }
+        let physical = round_up(size, provider.info().granularity)?;
+        let memory = provider.create(physical)?;
+        let mut local = provider.reserve(physical)?;
+        local.map(0, memory.as_ref())?;
+        local.zero(0, physical)?;
+        Ok(Allocation {
+            inner: Arc::new(AllocationInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                size,
+                local,
+                memory,
+                provider,
+            }),
+        })
+    }
+
+    /// Address of this process's view.
+    pub fn ptr(&self) -> usize {
+        self.inner.local.base()
+    }
+
+    /// Bytes asked for.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Physical bytes (a multiple of the granularity).
+    pub fn alloc_size(&self) -> usize {
+        self.inner.memory.len()
+    }
+
+    /// Process-unique id.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The provider it came from.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.inner.provider
+    }
+
+    /// The physical memory (for export).
+    pub(crate) fn memory(&self) -> &dyn Memory {
+        self.inner.memory.as_ref()
+    }
+
+    /// Offset of `ptr` inside this allocation's local view, if it is inside.
+    pub fn offset_of(&self, ptr: usize) -> Option<usize> {
+        let off = ptr.checked_sub(self.ptr())?;
+        (off < self.inner.size).then_some(off)
+    }
+}

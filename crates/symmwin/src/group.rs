@@ -1,0 +1,185 @@
+//! A group: the ranks that rendezvous together, their store and this rank's socket.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::error::{Error, Phase, Result};
+use crate::exchange::Endpoint;
+use crate::provider::Provider;
+use crate::signal::pool::PadPools;
+use crate::store::{Namespace, Store};
+
+/// Who is in a group and which one we are.
+#[derive(Debug, Clone)]
+pub struct GroupSpec {
+    /// Group name; keys in the store are namespaced by it.
+    pub name: String,
+    /// This process's rank in the group.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world: usize,
+    /// Global rank of each group rank (identity when empty).
+    pub global_ranks: Vec<i32>,
+}
+
+impl GroupSpec {
+    /// A group whose ranks are also the global ranks.
+    pub fn new(name: impl Into<String>, rank: usize, world: usize) -> Self {
+        GroupSpec {
+            name: name.into(),
+            rank,
+            world,
+            global_ranks: Vec::new(),
+        }
+    }
+}
+
+/// The part of a group that windows keep alive.
+pub(crate) struct GroupShared {
+    pub(crate) name: String,
+    pub(crate) id: u64,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) global_ranks: Vec<i32>,
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) namespace: Namespace,
+    pub(crate) timeout: Duration,
+    pub(crate) host: String,
+    pub(crate) pads: Arc<PadPools>,
+    /// Rendezvous of one group are collective and ordered, so they run one at a time.
+    pub(crate) state: Mutex<GroupState>,
+}
+
+pub(crate) struct GroupState {
+    pub(crate) next_seq: u64,
+    pub(crate) endpoint: Endpoint,
+    /// Our request keys of failed rendezvous. A slower peer may still need to read
+    /// them to reach the same verdict, so they go only after the next success.
+    pub(crate) stale_keys: Vec<String>,
+}
+
+/// A set of ranks that create windows together. Cheap to clone.
+#[derive(Clone)]
+pub struct Group {
+    pub(crate) shared: Arc<GroupShared>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("name", &self.shared.name)
+            .field("rank", &self.shared.rank)
+            .field("world", &self.shared.world)
+            .finish()
+    }
+}
+
+impl Group {
+    /// Join a group. Local only: binds this rank's socket; nothing is exchanged yet.
+    pub fn new(
+        spec: GroupSpec,
+        store: Arc<dyn Store>,
+        provider: Arc<dyn Provider>,
+        config: &Config,
+    ) -> Result<Self> {
+        if spec.world == 0 || spec.rank >= spec.world {
+            return Err(Error::invalid(format!(
+                "rank {} is not in a group of {} ranks",
+                spec.rank, spec.world
+            )));
+        }
+        if spec.name.is_empty() {
+            return Err(Error::invalid("group name is empty"));
+        }
+        let global_ranks = if spec.global_ranks.is_empty() {
+            (0..spec.world as i32).collect()
+        } else if spec.global_ranks.len() == spec.world {
+            spec.global_ranks
+        } else {
+            return Err(Error::invalid(format!(
+                "{} global ranks given for a group of {}",
+                spec.global_ranks.len(),
+                spec.world
+            )));
+        };
+        let id = crate::token::stable_id(&spec.name);
+        let endpoint = Endpoint::bind(&config.socket_dir, id).map_err(|e| e.at_rank(spec.rank))?;
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        Ok(Group {
+            shared: Arc::new(GroupShared {
+                namespace: Namespace::new(&spec.name),
+                name: spec.name,
+                id,
+                rank: spec.rank,
+                world: spec.world,
+                global_ranks,
+                provider,
+                store,
+                timeout: config.timeout,
+                host,
+                pads: Arc::default(),
+                state: Mutex::new(GroupState {
+                    next_seq: 0,
+                    endpoint,
+                    stale_keys: Vec::new(),
+                }),
+            }),
+        })
+    }
+
+    /// Group name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.shared.world
+    }
+
+    /// The provider windows of this group use.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.shared.provider
+    }
+
+    /// Global rank of every group rank.
+    pub fn global_ranks(&self) -> &[i32] {
+        &self.shared.global_ranks
+    }
+
+    /// Pad pool windows this rank holds (diagnostics: they never grow per window).
+    pub fn pad_pool_count(&self) -> usize {
+        self.shared.pads.pool_count()
+    }
+
+    /// Messages the exchange socket rejected so far.
+    pub fn rejected_messages(&self) -> u64 {
+        self.shared
+            .state
+            .lock()
+            .map(|s| s.endpoint.rejected())
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, GroupState>> {
+        self.shared.state.lock().map_err(|_| {
+            Error::new(
+                Phase::Gather,
+                crate::error::ErrorKind::InvalidArgument(
+                    "an earlier rendezvous on this group panicked".into(),
+                ),
+            )
+            .at_rank(self.shared.rank)
+        })
+    }
+}

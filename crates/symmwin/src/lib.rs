@@ -1,0 +1,57 @@
+//! symmwin: symmetric memory windows for groups of processes.
+//!
+//! Every allocation is its own piece of shareable physical memory (CUDA VMM or a
+//! host memfd). A *rendezvous* on a [`Group`] exchanges handles between the ranks and
+//! maps every rank's memory into one flat span per process, so rank `r`'s memory is
+//! at `base + r * stride`. Freeing is local: each rank drops its window whenever it
+//! likes, in any order relative to the others.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore};
+//!
+//! # fn main() -> symmwin::Result<()> {
+//! // One rank here; a real job runs one process per rank and a shared store
+//! // (`FileStore`, or torch's c10d Store through the C ABI).
+//! let provider = Arc::new(HostProvider::new());
+//! let store = Arc::new(MemoryStore::new());
+//! let group = Group::new(GroupSpec::new("doc", 0, 1), store, provider.clone(), &Config::from_env()?)?;
+//!
+//! let alloc = Allocation::new(provider, 1 << 20)?;
+//! let window = group.rendezvous(&alloc)?;
+//! let peer = window.ptr(0)?; // rank 0's memory, here our own
+//! // SAFETY (example): the window maps `size()` writable bytes at every rank's slot.
+//! unsafe { (peer as *mut u64).write_volatile(42) };
+//! window.barrier(0, None, 0)?;
+//! assert_eq!(unsafe { (alloc.ptr() as *const u64).read_volatile() }, 42);
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+pub mod allocation;
+pub mod config;
+pub mod error;
+pub mod exchange;
+pub mod group;
+pub mod layout;
+pub mod probe;
+pub mod provider;
+pub mod registry;
+pub mod rendezvous;
+pub mod signal;
+pub mod store;
+pub mod token;
+pub mod window;
+
+pub use allocation::Allocation;
+pub use config::{Config, HandlePreference};
+pub use error::{Error, ErrorKind, Phase, Result};
+pub use group::{Group, GroupSpec};
+pub use layout::FlatLayout;
+pub use provider::host::HostProvider;
+pub use provider::{HandleType, Provider, ProviderInfo, ProviderKind};
+pub use registry::Registry;
+pub use rendezvous::PhaseTimes;
+pub use store::{FileStore, MemoryStore, Store};
+pub use window::Window;

@@ -1,0 +1,575 @@
+//! Device-side barrier / put_signal / wait_signal over signal pads.
+//!
+//! The kernels (`kernels/signal.cu`) ship as PTX embedded in the crate and are loaded
+//! with `cuModuleLoadData`, lazily, once per provider. A wait that times out on the
+//! device writes a record into host-mapped pinned memory and returns; the host turns
+//! that record into [`ErrorKind::Timeout`] at the next launch or [`CudaSignals::check_errors`].
+
+use std::borrow::Cow;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use cudarc::driver::sys;
+
+use super::driver::{self, DriverError, PhaseExt};
+use super::probe::PrimaryContext;
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::{PadView, Signals, StreamHandle};
+
+/// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
+const SIGNAL_PTX: &str = concat!(include_str!("../../../../../kernels/signal.ptx"), "\0");
+
+/// Wait used when a caller passes a zero timeout, unless changed with
+/// [`CudaSignals::set_default_timeout`].
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest world a barrier supports: one thread per peer in a single block.
+pub const MAX_WORLD: usize = 1024;
+
+/// Bit 31 of the error word marks a timeout record; the low bits hold the peer.
+const ERROR_FLAG: u32 = 1 << 31;
+
+/// Layout shared with `report_timeout` in `signal.cu`.
+#[repr(C)]
+struct ErrorRecord {
+    /// `ERROR_FLAG | peer`, or 0 when nothing timed out.
+    word: AtomicU32,
+    _pad: u32,
+    /// How long the device waited, in nanoseconds; written before `word`.
+    waited_ns: AtomicU64,
+}
+
+/// True when the embedded PTX holds kernels rather than the placeholder.
+pub fn kernels_built() -> bool {
+    ptx_image().is_ok()
+}
+
+fn checked_ptx(text: &str) -> Result<&CStr> {
+    if !text.contains(".entry") {
+        return Err(not_built());
+    }
+    CStr::from_bytes_with_nul(text.as_bytes()).map_err(|_| not_built())
+}
+
+#[cfg(not(test))]
+fn ptx_image() -> Result<Cow<'static, CStr>> {
+    checked_ptx(SIGNAL_PTX).map(Cow::Borrowed)
+}
+
+/// Tests may load freshly built PTX (`SYMMWIN_TEST_SIGNAL_PTX=path`), so a test binary
+/// built before `build_ptx.sh` ran can still exercise the kernels on a GPU machine.
+#[cfg(test)]
+fn ptx_image() -> Result<Cow<'static, CStr>> {
+    let Some(path) = std::env::var_os("SYMMWIN_TEST_SIGNAL_PTX") else {
+        return checked_ptx(SIGNAL_PTX).map(Cow::Borrowed);
+    };
+    let mut text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::os(Phase::Signal, "read(SYMMWIN_TEST_SIGNAL_PTX)", e))?;
+    text.push('\0');
+    Ok(Cow::Owned(checked_ptx(&text)?.to_owned()))
+}
+
+fn not_built() -> Error {
+    Error::new(
+        Phase::Signal,
+        ErrorKind::Unsupported(
+            "signal kernels not built: kernels/signal.ptx is a placeholder; run \
+             kernels/build_ptx.sh on a machine with nvcc and rebuild symmwin"
+                .into(),
+        ),
+    )
+}
+
+/// Why loading the kernels failed; kept so later calls report the same thing.
+#[derive(Debug, Clone, Copy)]
+enum LoadFailure {
+    NotBuilt,
+    Driver(DriverError),
+}
+
+impl LoadFailure {
+    fn to_error(self) -> Error {
+        match self {
+            LoadFailure::NotBuilt => not_built(),
+            LoadFailure::Driver(e) => e.at(Phase::Signal),
+        }
+    }
+}
+
+impl From<DriverError> for LoadFailure {
+    fn from(e: DriverError) -> Self {
+        LoadFailure::Driver(e)
+    }
+}
+
+/// Barrier and signals on CUDA signal pads.
+#[derive(Debug)]
+pub struct CudaSignals {
+    ctx: Arc<PrimaryContext>,
+    kernels: OnceLock<std::result::Result<Kernels, LoadFailure>>,
+    default_timeout_ns: AtomicU64,
+}
+
+impl CudaSignals {
+    pub(super) fn new(ctx: Arc<PrimaryContext>) -> Self {
+        CudaSignals {
+            ctx,
+            kernels: OnceLock::new(),
+            default_timeout_ns: AtomicU64::new(duration_ns(DEFAULT_OP_TIMEOUT)),
+        }
+    }
+
+    /// The device-side wait used when a caller passes a zero timeout (tests shorten it).
+    pub fn set_default_timeout(&self, timeout: Duration) {
+        self.default_timeout_ns
+            .store(duration_ns(timeout).max(1), Ordering::Relaxed);
+    }
+
+    /// Reports (once) a device-side timeout recorded since the last check.
+    ///
+    /// Device waits are asynchronous, so a timeout surfaces here or at the next launch,
+    /// not from the call that launched the kernel.
+    pub fn check_errors(&self) -> Result<()> {
+        match self.kernels.get() {
+            Some(Ok(kernels)) => kernels.record.take(),
+            _ => Ok(()),
+        }
+    }
+
+    fn kernels(&self) -> Result<&Kernels> {
+        match self.kernels.get_or_init(|| Kernels::load(&self.ctx)) {
+            Ok(kernels) => Ok(kernels),
+            Err(failure) => Err(failure.to_error()),
+        }
+    }
+
+    fn timeout_ns(&self, timeout: Duration) -> u64 {
+        if timeout.is_zero() {
+            self.default_timeout_ns.load(Ordering::Relaxed)
+        } else {
+            duration_ns(timeout)
+        }
+    }
+
+    /// Launches `function` with `params`; the hot path allocates and formats nothing.
+    #[inline]
+    fn launch(
+        &self,
+        pick: fn(&Kernels) -> sys::CUfunction,
+        block: u32,
+        stream: StreamHandle,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let kernels = self.kernels()?;
+        kernels.record.take()?;
+        let _guard = self.ctx.enter().phase(Phase::Signal)?;
+        // SAFETY: `params` matches the kernel's parameter list (built by the callers
+        // below from the signature in signal.cu); the function belongs to a module of
+        // this context, which is current; the pad addresses were bounds-checked, and the
+        // error record lives as long as the module. The stream is the caller's, on this
+        // device (0 is the legacy default stream).
+        unsafe { driver::launch_kernel(pick(kernels), 1, block, stream as sys::CUstream, params) }
+            .phase(Phase::Signal)
+    }
+}
+
+impl Signals for CudaSignals {
+    fn barrier(
+        &self,
+        pads: &PadView,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let mut args = PadArgs::check(pads, channel)?;
+        if pads.world == 1 {
+            return self.check_errors();
+        }
+        let mut timeout_ns = self.timeout_ns(timeout);
+        let mut err = self.error_address()?;
+        let block = args.world.div_ceil(32) * 32;
+        let mut params = [
+            arg(&mut args.base),
+            arg(&mut args.stride),
+            arg(&mut args.rank),
+            arg(&mut args.world),
+            arg(&mut args.channel),
+            arg(&mut timeout_ns),
+            arg(&mut err),
+        ];
+        self.launch(|k| k.barrier, block, stream, &mut params)
+    }
+
+    fn put(
+        &self,
+        pads: &PadView,
+        dst: usize,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.point_to_point(pads, dst, channel, timeout, stream, |k| k.put)
+    }
+
+    fn wait(
+        &self,
+        pads: &PadView,
+        src: usize,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.point_to_point(pads, src, channel, timeout, stream, |k| k.wait)
+    }
+}
+
+impl CudaSignals {
+    fn error_address(&self) -> Result<u64> {
+        Ok(self.kernels()?.record.device)
+    }
+
+    fn point_to_point(
+        &self,
+        pads: &PadView,
+        peer: usize,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+        pick: fn(&Kernels) -> sys::CUfunction,
+    ) -> Result<()> {
+        let mut args = PadArgs::check(pads, channel)?;
+        let mut peer = check_peer(pads, peer)?;
+        let mut timeout_ns = self.timeout_ns(timeout);
+        let mut err = self.error_address()?;
+        let mut params = [
+            arg(&mut args.base),
+            arg(&mut args.stride),
+            arg(&mut args.rank),
+            arg(&mut args.world),
+            arg(&mut peer),
+            arg(&mut args.channel),
+            arg(&mut timeout_ns),
+            arg(&mut err),
+        ];
+        self.launch(pick, 1, stream, &mut params)
+    }
+}
+
+fn arg<T>(value: &mut T) -> *mut c_void {
+    (value as *mut T).cast()
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Kernel arguments describing the pads, in the kernels' parameter types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PadArgs {
+    pub(super) base: u64,
+    pub(super) stride: u64,
+    pub(super) rank: u32,
+    pub(super) world: u32,
+    pub(super) channel: u32,
+}
+
+impl PadArgs {
+    /// Checks on the host what the kernels cannot: every slot of `channel` lies inside
+    /// every peer's pad, so a bad argument is an error here instead of a device fault
+    /// that would poison the context.
+    pub(super) fn check(pads: &PadView, channel: usize) -> Result<Self> {
+        let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
+        if pads.world == 0 || pads.world > MAX_WORLD {
+            return Err(invalid(format!(
+                "world size {} is outside 1..={MAX_WORLD}",
+                pads.world
+            )));
+        }
+        if pads.rank >= pads.world {
+            return Err(invalid(format!(
+                "rank {} out of range for world size {}",
+                pads.rank, pads.world
+            )));
+        }
+        if pads.base == 0 || pads.base % 4 != 0 || pads.stride % 4 != 0 {
+            return Err(invalid(format!(
+                "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
+                pads.base, pads.stride
+            )));
+        }
+        let fits = channel
+            .checked_mul(pads.world)
+            .and_then(|i| i.checked_add(pads.world))
+            .and_then(|slots| slots.checked_mul(4))
+            .is_some_and(|bytes| bytes <= pads.len);
+        if !fits {
+            return Err(invalid(format!(
+                "channel {channel} does not fit a signal pad of {} bytes at world size {}",
+                pads.len, pads.world
+            )));
+        }
+        let end = (pads.world - 1)
+            .checked_mul(pads.stride)
+            .and_then(|off| off.checked_add(pads.len))
+            .and_then(|off| off.checked_add(pads.base));
+        if end.is_none() {
+            return Err(invalid("signal pads overflow the address space".into()));
+        }
+        // The conversions cannot fail after the checks above; fail cleanly regardless.
+        let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
+        Ok(PadArgs {
+            base: pads.base as u64,
+            stride: pads.stride as u64,
+            rank: narrow(pads.rank)?,
+            world: narrow(pads.world)?,
+            channel: narrow(channel)?,
+        })
+    }
+}
+
+pub(super) fn check_peer(pads: &PadView, peer: usize) -> Result<u32> {
+    if peer >= pads.world {
+        return Err(Error::new(
+            Phase::Signal,
+            ErrorKind::InvalidArgument(format!(
+                "rank {peer} out of range for world size {}",
+                pads.world
+            )),
+        ));
+    }
+    // world <= MAX_WORLD was checked by PadArgs::check.
+    Ok(peer as u32)
+}
+
+/// The loaded module, its three kernels and the timeout record they report into.
+#[derive(Debug)]
+struct Kernels {
+    barrier: sys::CUfunction,
+    put: sys::CUfunction,
+    wait: sys::CUfunction,
+    record: HostRecord,
+    module: Module,
+}
+
+// SAFETY: CUfunction handles are immutable driver tokens usable from any thread; the
+// module and record they depend on are owned by the same struct.
+unsafe impl Send for Kernels {}
+// SAFETY: as above; launching a function concurrently from several threads is allowed.
+unsafe impl Sync for Kernels {}
+
+impl Kernels {
+    fn load(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, LoadFailure> {
+        let ptx = ptx_image().map_err(|_| LoadFailure::NotBuilt)?;
+        let _guard = ctx.enter()?;
+        let record = HostRecord::new(ctx)?;
+        let module = Module::load(ctx, &ptx)?;
+        Ok(Kernels {
+            barrier: module.function(c"symmwin_barrier")?,
+            put: module.function(c"symmwin_put_signal")?,
+            wait: module.function(c"symmwin_wait_signal")?,
+            record,
+            module,
+        })
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        // A kernel still spinning would write into the freed record or run from an
+        // unloaded module; wait for the device first (bounded by the kernels' timeout).
+        let synced = self.module.ctx.enter().and_then(|_guard| {
+            // SAFETY: our context is current for the duration of the call.
+            unsafe { driver::ctx_synchronize() }
+        });
+        if let Err(e) = synced {
+            tracing::debug!(
+                "synchronising before unloading signal kernels: {}",
+                e.name()
+            );
+        }
+    }
+}
+
+/// A loaded PTX module, unloaded on drop.
+#[derive(Debug)]
+struct Module {
+    ctx: Arc<PrimaryContext>,
+    raw: sys::CUmodule,
+}
+
+impl Module {
+    fn load(ctx: &Arc<PrimaryContext>, ptx: &CStr) -> std::result::Result<Self, DriverError> {
+        let _guard = ctx.enter()?;
+        // SAFETY: our context is current; Drop unloads the module in the same context.
+        let raw = unsafe { driver::module_load_data(ptx) }?;
+        Ok(Module {
+            ctx: Arc::clone(ctx),
+            raw,
+        })
+    }
+
+    fn function(&self, name: &CStr) -> std::result::Result<sys::CUfunction, DriverError> {
+        // SAFETY: the module is live; Kernels keeps it alive as long as the handle.
+        unsafe { driver::module_get_function(self.raw, name) }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let unloaded = self.ctx.enter().and_then(|_guard| {
+            // SAFETY: the module is ours and Kernels::drop waited for its kernels.
+            unsafe { driver::module_unload(self.raw) }
+        });
+        if let Err(e) = unloaded {
+            tracing::debug!("unloading the signal kernels failed: {}", e.name());
+        }
+    }
+}
+
+/// An [`ErrorRecord`] in pinned host memory that the device writes through its mapping.
+#[derive(Debug)]
+struct HostRecord {
+    ctx: Arc<PrimaryContext>,
+    host: *mut c_void,
+    device: u64,
+}
+
+impl HostRecord {
+    fn new(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, DriverError> {
+        let _guard = ctx.enter()?;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: our context is current; Drop frees the memory.
+        let host = unsafe { driver::mem_host_alloc(std::mem::size_of::<ErrorRecord>(), flags) }?;
+        let mut record = HostRecord {
+            ctx: Arc::clone(ctx),
+            host,
+            device: 0,
+        };
+        // SAFETY: the allocation is page-aligned, large enough, and not yet shared with
+        // the device, so initialising it through a plain write races with nothing.
+        unsafe {
+            host.cast::<ErrorRecord>().write(ErrorRecord {
+                word: AtomicU32::new(0),
+                _pad: 0,
+                waited_ns: AtomicU64::new(0),
+            })
+        };
+        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP.
+        record.device = unsafe { driver::mem_host_device_pointer(host) }?;
+        Ok(record)
+    }
+
+    fn record(&self) -> &ErrorRecord {
+        // SAFETY: initialised in `new` and alive until drop; the device only touches it
+        // with 4- and 8-byte stores of the same layout.
+        unsafe { &*self.host.cast::<ErrorRecord>() }
+    }
+
+    /// Takes a pending timeout record; the no-error path is one atomic load.
+    #[inline]
+    fn take(&self) -> Result<()> {
+        let record = self.record();
+        if record.word.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let word = record.word.swap(0, Ordering::Acquire);
+        if word & ERROR_FLAG == 0 {
+            return Ok(());
+        }
+        let peer = (word & !ERROR_FLAG) as usize;
+        let waited = Duration::from_nanos(record.waited_ns.load(Ordering::Relaxed));
+        Err(Error::new(
+            Phase::Signal,
+            ErrorKind::Timeout {
+                missing: vec![peer],
+                waited,
+            },
+        )
+        .with_peer(peer))
+    }
+}
+
+// SAFETY: the pointer is to process-wide pinned memory, accessed only through atomics.
+unsafe impl Send for HostRecord {}
+// SAFETY: as above.
+unsafe impl Sync for HostRecord {}
+
+impl Drop for HostRecord {
+    fn drop(&mut self) {
+        let freed = self.ctx.enter().and_then(|_guard| {
+            // SAFETY: the memory is ours; Kernels::drop waited for every kernel that
+            // could write to it.
+            unsafe { driver::mem_free_host(self.host) }
+        });
+        if let Err(e) = freed {
+            tracing::debug!("freeing the signal error record failed: {}", e.name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pads(rank: usize, world: usize, len: usize) -> PadView {
+        PadView {
+            base: 0x7f00_0000_0000,
+            stride: 1 << 21,
+            len,
+            rank,
+            world,
+        }
+    }
+
+    #[test]
+    fn placeholder_ptx_is_reported_as_not_built() {
+        let placeholder = "// generated by kernels/build_ptx.sh; run it on a machine with nvcc\n\0";
+        let err = checked_ptx(placeholder).unwrap_err();
+        assert!(
+            matches!(&err.kind, ErrorKind::Unsupported(m) if m.starts_with("signal kernels not built")),
+            "{err}"
+        );
+        let ptx = ".version 9.0\n.target sm_90\n.visible .entry symmwin_barrier(\n)\n{\n}\n\0";
+        assert!(checked_ptx(ptx).is_ok());
+        // The embedded file is consistent with what the loader will decide.
+        if std::env::var_os("SYMMWIN_TEST_SIGNAL_PTX").is_none() {
+            assert_eq!(kernels_built(), SIGNAL_PTX.contains(".entry"));
+        }
+    }
+
+    #[test]
+    fn pad_arguments_are_checked() {
+        let ok = PadArgs::check(&pads(1, 4, 64), 3).unwrap();
+        assert_eq!((ok.rank, ok.world, ok.channel), (1, 4, 3));
+        // channel 4 needs slots up to 4*4+3 = 19, i.e. 80 bytes.
+        assert!(PadArgs::check(&pads(1, 4, 64), 4).is_err());
+        assert!(PadArgs::check(&pads(4, 4, 64), 0).is_err());
+        assert!(PadArgs::check(&pads(0, 0, 64), 0).is_err());
+        assert!(PadArgs::check(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
+        assert!(PadArgs::check(&pads(0, 2, 64), usize::MAX).is_err());
+        let mut unaligned = pads(0, 2, 64);
+        unaligned.base += 2;
+        assert!(PadArgs::check(&unaligned, 0).is_err());
+        let mut huge = pads(0, 2, 64);
+        huge.stride = usize::MAX / 2;
+        huge.base = usize::MAX / 2;
+        assert!(PadArgs::check(&huge, 0).is_err());
+        let err = PadArgs::check(&pads(0, 4, 64), 99).unwrap_err();
+        assert_eq!(err.phase, Phase::Signal);
+        assert!(matches!(err.kind, ErrorKind::InvalidArgument(_)));
+    }
+
+    #[test]
+    fn peers_are_checked() {
+        assert_eq!(check_peer(&pads(0, 4, 64), 3).unwrap(), 3);
+        assert!(check_peer(&pads(0, 4, 64), 4).is_err());
+    }
+
+    #[test]
+    fn durations_saturate() {
+        assert_eq!(duration_ns(Duration::from_millis(3)), 3_000_000);
+        assert_eq!(duration_ns(Duration::MAX), u64::MAX);
+    }
+}

@@ -1,0 +1,383 @@
+//! Host shared memory: memfd regions mapped with `MAP_FIXED` into a reserved
+//! `PROT_NONE` span. The same protocol as CUDA VMM, on any Linux machine.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+
+use super::{
+    downcast, HandleType, Memory, PadView, Provider, ProviderInfo, ProviderKind, SharedHandle,
+    Signals, Span, StreamHandle, Table,
+};
+use crate::error::{Error, ErrorKind, Phase, Result};
+
+/// Seals every region carries: a peer can neither shrink (SIGBUS for us) nor grow it.
+const REQUIRED_SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
+
+/// The host-memory provider.
+#[derive(Debug, Default)]
+pub struct HostProvider {
+    signals: HostSignals,
+}
+
+impl HostProvider {
+    /// A provider for host shared memory.
+    pub fn new() -> Self {
+        HostProvider::default()
+    }
+}
+
+/// Granularity of host regions: the page size.
+pub fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// A sealed memfd region.
+#[derive(Debug)]
+pub struct HostMemory {
+    fd: OwnedFd,
+    len: usize,
+}
+
+impl Memory for HostMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn export(&self) -> Result<SharedHandle> {
+        let dup = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::os(Phase::Export, "dup", e))?;
+        Ok(SharedHandle::Fd(dup))
+    }
+}
+
+impl Provider for HostProvider {
+    fn info(&self) -> ProviderInfo {
+        ProviderInfo {
+            kind: ProviderKind::Host,
+            device: -1,
+            handle_type: HandleType::PosixFd,
+            granularity: page_size(),
+        }
+    }
+
+    fn create(&self, size: usize) -> Result<Box<dyn Memory>> {
+        check_granular(size, Phase::Create)?;
+        let fd =
+            rustix::fs::memfd_create("symmwin", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+                .map_err(|e| Error::os(Phase::Create, "memfd_create", e))?;
+        rustix::fs::ftruncate(&fd, size as u64)
+            .map_err(|e| Error::os(Phase::Create, "ftruncate", e))?;
+        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS)
+            .map_err(|e| Error::os(Phase::Create, "fcntl(F_ADD_SEALS)", e))?;
+        Ok(Box::new(HostMemory { fd, len: size }))
+    }
+
+    fn import(&self, handle: SharedHandle, size: usize) -> Result<Box<dyn Memory>> {
+        let SharedHandle::Fd(fd) = handle else {
+            return Err(Error::new(
+                Phase::Import,
+                ErrorKind::Unsupported("host memory is shared as file descriptors".into()),
+            ));
+        };
+        // A peer's fd is only trusted as far as we can check it: it must be a sealed
+        // memfd of exactly the agreed size, so mapping it can never fault.
+        let seals = rustix::fs::fcntl_get_seals(&fd)
+            .map_err(|e| Error::os(Phase::Import, "fcntl(F_GET_SEALS)", e))?;
+        if !seals.contains(REQUIRED_SEALS) {
+            return Err(Error::new(
+                Phase::Import,
+                ErrorKind::Rejected(format!(
+                    "received fd is not a sealed memfd (seals {seals:?})"
+                )),
+            ));
+        }
+        let stat = rustix::fs::fstat(&fd).map_err(|e| Error::os(Phase::Import, "fstat", e))?;
+        if stat.st_size as u64 != size as u64 {
+            return Err(Error::new(
+                Phase::Import,
+                ErrorKind::Rejected(format!(
+                    "received region is {} bytes, expected {size}",
+                    stat.st_size
+                )),
+            ));
+        }
+        Ok(Box::new(HostMemory { fd, len: size }))
+    }
+
+    fn reserve(&self, len: usize) -> Result<Box<dyn Span>> {
+        check_granular(len, Phase::Map)?;
+        // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel picks
+        // aliases nothing; HostSpan owns it and unmaps it exactly once on drop.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }
+        .map_err(|e| Error::os(Phase::Map, "mmap(reserve)", e))?;
+        Ok(Box::new(HostSpan {
+            base: base as usize,
+            len,
+        }))
+    }
+
+    fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>> {
+        Ok(Box::new(HostTable(words.to_vec().into_boxed_slice())))
+    }
+
+    fn signals(&self) -> &dyn super::Signals {
+        &self.signals
+    }
+
+    unsafe fn copy(&self, dst: usize, src: usize, len: usize) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges are mapped; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    }
+
+    unsafe fn write(&self, dst: usize, bytes: &[u8]) -> Result<()> {
+        // SAFETY: the caller guarantees the destination is mapped; the source is a host slice.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    unsafe fn read(&self, src: usize, bytes: &mut [u8]) -> Result<()> {
+        // SAFETY: the caller guarantees the source is mapped; the destination is a host slice.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+        Ok(())
+    }
+}
+
+fn check_granular(size: usize, phase: Phase) -> Result<()> {
+    if size == 0 || size % page_size() != 0 {
+        return Err(Error::new(
+            phase,
+            ErrorKind::InvalidArgument(format!(
+                "size {size} is not a positive multiple of the page size {}",
+                page_size()
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// A reserved range; regions are mapped over it with `MAP_FIXED`.
+#[derive(Debug)]
+pub struct HostSpan {
+    base: usize,
+    len: usize,
+}
+
+impl Span for HostSpan {
+    fn base(&self) -> usize {
+        self.base
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn map(&mut self, offset: usize, memory: &dyn Memory) -> Result<()> {
+        let memory = downcast::<HostMemory>(memory)
+            .ok_or_else(|| Error::invalid("host span can only map host memory"))?;
+        let end = offset.checked_add(memory.len);
+        if end.is_none_or(|end| end > self.len) {
+            return Err(Error::invalid(format!(
+                "mapping {} bytes at offset {offset} overruns a span of {}",
+                memory.len, self.len
+            )));
+        }
+        // SAFETY: the target range lies inside our own reservation (checked above), so
+        // MAP_FIXED replaces only pages this span owns; the fd is a sealed memfd of
+        // exactly `memory.len` bytes, so every mapped page is backed.
+        unsafe {
+            rustix::mm::mmap(
+                (self.base + offset) as *mut _,
+                memory.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED | MapFlags::FIXED,
+                memory.fd.as_fd(),
+                0,
+            )
+        }
+        .map_err(|e| Error::os(Phase::Map, "mmap(MAP_FIXED)", e))?;
+        Ok(())
+    }
+
+    fn zero(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::invalid("zero range overruns the span"));
+        }
+        // SAFETY: the range is inside the span and the caller maps it before zeroing.
+        unsafe { std::ptr::write_bytes((self.base + offset) as *mut u8, 0, len) };
+        Ok(())
+    }
+}
+
+impl Drop for HostSpan {
+    fn drop(&mut self) {
+        // SAFETY: base/len is the reservation made in `reserve`; munmap of the whole
+        // range removes the PROT_NONE pages and every MAP_FIXED region inside it.
+        if let Err(e) = unsafe { rustix::mm::munmap(self.base as *mut _, self.len) } {
+            tracing::error!("munmap of host span failed: {e}");
+        }
+    }
+}
+
+#[derive(Debug)]
+struct HostTable(Box<[u64]>);
+
+impl Table for HostTable {
+    fn ptr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+/// Signals on host memory: the pads are plain shared memory, so CPU atomics suffice.
+#[derive(Debug, Default)]
+pub struct HostSignals;
+
+fn pad_word(
+    pads: &PadView,
+    owner: usize,
+    channel: usize,
+    src: usize,
+) -> Result<&'static AtomicU32> {
+    let index = channel
+        .checked_mul(pads.world)
+        .and_then(|i| i.checked_add(src))
+        .filter(|i| (i + 1) * 4 <= pads.len)
+        .ok_or_else(|| {
+            Error::new(
+                Phase::Signal,
+                ErrorKind::InvalidArgument(format!(
+                    "channel {channel} does not fit a signal pad of {} bytes at world size {}",
+                    pads.len, pads.world
+                )),
+            )
+        })?;
+    let addr = pads.base + owner * pads.stride + index * 4;
+    // SAFETY: the address lies inside a mapped pad (bounds checked above) that lives
+    // as long as the window calling us; u32 slots are 4-byte aligned; all access to
+    // pads goes through atomics.
+    Ok(unsafe { AtomicU32::from_ptr(addr as *mut u32) })
+}
+
+fn spin_until(word: &AtomicU32, from: u32, to: u32, order: Ordering, deadline: Instant) -> bool {
+    let mut spins = 0u32;
+    loop {
+        if word
+            .compare_exchange_weak(from, to, order, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        spins += 1;
+        if spins % 64 == 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // Ranks may outnumber cores; give the peer we wait for a chance to run.
+            if spins < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn check_peer(pads: &PadView, peer: usize) -> Result<()> {
+    if peer >= pads.world {
+        return Err(Error::new(
+            Phase::Signal,
+            ErrorKind::InvalidArgument(format!(
+                "rank {peer} out of range for world size {}",
+                pads.world
+            )),
+        ));
+    }
+    Ok(())
+}
+
+fn timed_out(peer: usize, timeout: Duration) -> Error {
+    Error::new(
+        Phase::Signal,
+        ErrorKind::Timeout {
+            missing: vec![peer],
+            waited: timeout,
+        },
+    )
+    .with_peer(peer)
+}
+
+impl Signals for HostSignals {
+    fn barrier(
+        &self,
+        pads: &PadView,
+        channel: usize,
+        timeout: Duration,
+        _stream: StreamHandle,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        for peer in (0..pads.world).filter(|&p| p != pads.rank) {
+            let word = pad_word(pads, peer, channel, pads.rank)?;
+            if !spin_until(word, 0, 1, Ordering::Release, deadline) {
+                return Err(timed_out(peer, timeout));
+            }
+        }
+        for peer in (0..pads.world).filter(|&p| p != pads.rank) {
+            let word = pad_word(pads, pads.rank, channel, peer)?;
+            if !spin_until(word, 1, 0, Ordering::Acquire, deadline) {
+                return Err(timed_out(peer, timeout));
+            }
+        }
+        Ok(())
+    }
+
+    fn put(
+        &self,
+        pads: &PadView,
+        dst: usize,
+        channel: usize,
+        timeout: Duration,
+        _stream: StreamHandle,
+    ) -> Result<()> {
+        check_peer(pads, dst)?;
+        let word = pad_word(pads, dst, channel, pads.rank)?;
+        if spin_until(word, 0, 1, Ordering::Release, Instant::now() + timeout) {
+            Ok(())
+        } else {
+            Err(timed_out(dst, timeout))
+        }
+    }
+
+    fn wait(
+        &self,
+        pads: &PadView,
+        src: usize,
+        channel: usize,
+        timeout: Duration,
+        _stream: StreamHandle,
+    ) -> Result<()> {
+        check_peer(pads, src)?;
+        let word = pad_word(pads, pads.rank, channel, src)?;
+        if spin_until(word, 1, 0, Ordering::Acquire, Instant::now() + timeout) {
+            Ok(())
+        } else {
+            Err(timed_out(src, timeout))
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Physical memory that can be exported, imported and mapped into a reserved span.
+//!
+//! A provider hands out three kinds of RAII objects: [`Memory`] (physical memory,
+//! released on drop), [`Span`] (a reserved virtual range; dropping it unmaps everything
+//! mapped into it and frees the range) and [`Table`] (a small device-visible array of
+//! words, for `buffer_ptrs_dev` and friends). A mapping keeps its physical memory alive
+//! on both providers, so a [`Memory`] may be dropped as soon as it is mapped.
+
+use std::any::Any;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use crate::error::Result;
+
+pub mod cuda;
+pub mod host;
+
+/// Which provider a window lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ProviderKind {
+    /// Host shared memory (memfd).
+    Host,
+    /// CUDA VMM device memory.
+    Cuda,
+}
+
+/// How memory is shared between processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum HandleType {
+    /// A file descriptor passed over a Unix socket with SCM_RIGHTS.
+    PosixFd,
+    /// A 64-byte CUDA fabric handle (needs IMEX).
+    Fabric,
+}
+
+impl fmt::Display for HandleType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandleType::PosixFd => "posix_fd",
+            HandleType::Fabric => "fabric",
+        })
+    }
+}
+
+/// A shareable handle to physical memory, as exported or as received from a peer.
+#[derive(Debug)]
+pub enum SharedHandle {
+    /// A file descriptor (memfd or CUDA POSIX fd).
+    Fd(OwnedFd),
+    /// A CUDA fabric handle.
+    Fabric([u8; 64]),
+}
+
+impl SharedHandle {
+    /// The handle type this value carries.
+    pub fn handle_type(&self) -> HandleType {
+        match self {
+            SharedHandle::Fd(_) => HandleType::PosixFd,
+            SharedHandle::Fabric(_) => HandleType::Fabric,
+        }
+    }
+}
+
+/// What a provider is, as every rank must agree on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// Host or CUDA.
+    pub kind: ProviderKind,
+    /// CUDA device ordinal; `-1` for host memory.
+    pub device: i32,
+    /// Handle type used for export.
+    pub handle_type: HandleType,
+    /// Sizes and addresses are multiples of this.
+    pub granularity: usize,
+}
+
+/// Physical memory owned by this process. Released on drop.
+pub trait Memory: Any + Send + Sync + fmt::Debug {
+    /// Size in bytes (a multiple of the provider's granularity).
+    fn len(&self) -> usize;
+    /// True for zero-length memory (never produced by a provider).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A new shareable handle to this memory.
+    fn export(&self) -> Result<SharedHandle>;
+}
+
+/// A reserved virtual address range. Dropping it unmaps everything and frees the range.
+pub trait Span: Send + Sync + fmt::Debug {
+    /// First address.
+    fn base(&self) -> usize;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True for a zero-length span.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Map all of `memory` at `base() + offset` with read/write access for this process.
+    fn map(&mut self, offset: usize, memory: &dyn Memory) -> Result<()>;
+    /// Set `len` bytes at `base() + offset` (mapped) to zero, complete on return.
+    fn zero(&self, offset: usize, len: usize) -> Result<()>;
+}
+
+/// A device-visible copy of a small array of words. Freed on drop.
+pub trait Table: Send + Sync + fmt::Debug {
+    /// Address to hand to kernels (a host address for the host provider).
+    fn ptr(&self) -> usize;
+}
+
+/// The CUDA stream a device-side signal operation is ordered on (0: legacy default).
+pub type StreamHandle = usize;
+
+/// Where a window's signal pads are: rank `r`'s pad is at `base + r * stride`.
+#[derive(Debug, Clone, Copy)]
+pub struct PadView {
+    /// Address of rank 0's pad.
+    pub base: usize,
+    /// Distance between ranks' pads.
+    pub stride: usize,
+    /// Pad length in bytes.
+    pub len: usize,
+    /// This process's rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world: usize,
+}
+
+/// Barrier and point-to-point signals over signal pads, with torch's protocol:
+/// the slot for (`channel`, `src`) in the receiver's pad is `channel * world + src`;
+/// put is a CAS 0 -> 1 with release, wait a CAS 1 -> 0 with acquire.
+pub trait Signals: Send + Sync {
+    /// Signal every peer on `channel`, then wait for every peer's signal.
+    fn barrier(
+        &self,
+        pads: &PadView,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()>;
+    /// Signal `dst` on `channel`.
+    fn put(
+        &self,
+        pads: &PadView,
+        dst: usize,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()>;
+    /// Wait for `src`'s signal on `channel`.
+    fn wait(
+        &self,
+        pads: &PadView,
+        src: usize,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()>;
+}
+
+/// A source of shareable physical memory.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// Kind, device, handle type and granularity.
+    fn info(&self) -> ProviderInfo;
+    /// New zero-filled physical memory of `size` bytes (a positive multiple of the granularity).
+    fn create(&self, size: usize) -> Result<Box<dyn Memory>>;
+    /// Memory a peer exported, `size` bytes long.
+    fn import(&self, handle: SharedHandle, size: usize) -> Result<Box<dyn Memory>>;
+    /// A reserved, unmapped virtual range of `len` bytes.
+    fn reserve(&self, len: usize) -> Result<Box<dyn Span>>;
+    /// A device-visible array holding `words`.
+    fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>>;
+    /// Barrier and signal operations on this provider's memory.
+    fn signals(&self) -> &dyn Signals;
+    /// Copy `len` bytes between mapped addresses, complete on return.
+    ///
+    /// # Safety
+    /// `src..src+len` and `dst..dst+len` must lie in live mappings of this provider.
+    unsafe fn copy(&self, dst: usize, src: usize, len: usize) -> Result<()>;
+    /// Copy host bytes to a mapped address, complete on return.
+    ///
+    /// # Safety
+    /// `dst..dst+bytes.len()` must lie in a live mapping of this provider.
+    unsafe fn write(&self, dst: usize, bytes: &[u8]) -> Result<()>;
+    /// Copy from a mapped address into host bytes, complete on return.
+    ///
+    /// # Safety
+    /// `src..src+bytes.len()` must lie in a live mapping of this provider.
+    unsafe fn read(&self, src: usize, bytes: &mut [u8]) -> Result<()>;
+}
+
+/// Downcast helper for the provider that created `memory`.
+pub(crate) fn downcast<T: Memory>(memory: &dyn Memory) -> Option<&T> {
+    (memory as &dyn Any).downcast_ref::<T>()
+}

@@ -1,0 +1,310 @@
+//! Rendezvous: publish a request, check that every rank agrees, exchange handles,
+//! import, and map every rank's memory into one flat span.
+
+pub mod request;
+
+use std::time::Instant;
+
+use crate::allocation::Allocation;
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::exchange::{PeerAddress, Round};
+use crate::group::{Group, GroupState};
+use crate::layout::FlatLayout;
+use crate::provider::{Memory, Span};
+use crate::signal::pool::{self, PoolWindow};
+use crate::store;
+use crate::token::Token;
+use crate::window::Window;
+use request::{Request, PROTOCOL_VERSION};
+
+/// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PhaseTimes {
+    /// Publishing the request.
+    pub publish_us: f64,
+    /// Waiting for and validating every request.
+    pub gather_us: f64,
+    /// Reserving the span and mapping our own memory.
+    pub reserve_us: f64,
+    /// Exporting, sending and receiving handles.
+    pub exchange_us: f64,
+    /// Importing and mapping peers' memory.
+    pub import_map_us: f64,
+    /// Pad pool work (slot choice; pool growth when needed).
+    pub pads_us: f64,
+}
+
+/// What a finished exchange produced.
+struct Exchanged {
+    span: Box<dyn Span>,
+    layout: FlatLayout,
+    requests: Vec<Request>,
+}
+
+/// Pad information a request carries.
+struct PadAsk {
+    pad_size: usize,
+    pools: usize,
+    free: Vec<u64>,
+}
+
+impl Group {
+    /// Make `alloc` a window of this group with the default signal-pad size.
+    /// Collective: every rank calls it, in the same order as its other rendezvous.
+    pub fn rendezvous(&self, alloc: &Allocation) -> Result<Window> {
+        self.rendezvous_with_pads(alloc, crate::signal::DEFAULT_PAD_SIZE)
+    }
+
+    /// [`Group::rendezvous`] with `pad_size` bytes of signal pad per rank.
+    pub fn rendezvous_with_pads(&self, alloc: &Allocation, pad_size: usize) -> Result<Window> {
+        self.rendezvous_timed(alloc, pad_size).map(|(w, _)| w)
+    }
+
+    /// [`Group::rendezvous_with_pads`], also returning where the time went.
+    pub fn rendezvous_timed(
+        &self,
+        alloc: &Allocation,
+        pad_size: usize,
+    ) -> Result<(Window, PhaseTimes)> {
+        let rank = self.shared.rank;
+        let result = self.rendezvous_inner(alloc, pad_size);
+        result.map_err(|e| e.at_rank(rank))
+    }
+
+    fn rendezvous_inner(
+        &self,
+        alloc: &Allocation,
+        pad_size: usize,
+    ) -> Result<(Window, PhaseTimes)> {
+        let shared = &self.shared;
+        if shared.provider.info() != alloc.provider().info() {
+            return Err(Error::invalid(format!(
+                "allocation lives on {:?}, group {} uses {:?}",
+                alloc.provider().info(),
+                shared.name,
+                shared.provider.info()
+            )));
+        }
+        if pad_size % 4 != 0 {
+            return Err(Error::invalid(format!(
+                "signal pad size {pad_size} is not a multiple of 4"
+            )));
+        }
+        let mut times = PhaseTimes::default();
+        let mut state = self.lock_state()?;
+        let (pools, free) = shared.pads.snapshot(pad_size);
+        let ask = PadAsk {
+            pad_size,
+            pools,
+            free,
+        };
+        let exchanged = self.exchange(
+            &mut state,
+            alloc.memory(),
+            alloc.size(),
+            &ask,
+            false,
+            &mut times,
+        )?;
+        let start = Instant::now();
+        let lease = if pad_size == 0 {
+            None
+        } else {
+            Some(self.claim_pad(&mut state, &exchanged.requests, pad_size, &mut times)?)
+        };
+        times.pads_us += start.elapsed().as_secs_f64() * 1e6;
+        let window = Window::new(
+            std::sync::Arc::clone(&self.shared),
+            exchanged.span,
+            exchanged.layout,
+            alloc.size(),
+            lease,
+        );
+        Ok((window, times))
+    }
+
+    /// Pick the lowest pad slot free on every rank, growing the pool when none is.
+    fn claim_pad(
+        &self,
+        state: &mut GroupState,
+        requests: &[Request],
+        pad_size: usize,
+        times: &mut PhaseTimes,
+    ) -> Result<crate::signal::pool::PadLease> {
+        let shared = &self.shared;
+        let bitmaps: Vec<&[u64]> = requests.iter().map(|r| r.pad_free.as_slice()).collect();
+        let slot = match pool::common_free_slot(&bitmaps) {
+            Some(slot) => slot,
+            None => {
+                let pools = requests[0].pad_pools;
+                let granularity = shared.provider.info().granularity;
+                let bytes = pool::pool_bytes(pad_size, granularity)?;
+                let memory = shared.provider.create(bytes)?;
+                let ask = PadAsk {
+                    pad_size: 0,
+                    pools: 0,
+                    free: Vec::new(),
+                };
+                let pool_window =
+                    self.exchange(state, memory.as_ref(), bytes, &ask, true, times)?;
+                shared.pads.grow(
+                    pad_size,
+                    PoolWindow {
+                        span: pool_window.span,
+                        layout: pool_window.layout,
+                    },
+                );
+                pools * pool::slots_per_pool(bytes, pad_size)
+            }
+        };
+        shared
+            .pads
+            .take(pad_size, slot, shared.rank)
+            .ok_or_else(|| {
+                Error::new(
+                    Phase::Map,
+                    ErrorKind::Mismatch {
+                        field: "pad_free",
+                        detail: format!("slot {slot} agreed by all ranks is not free here"),
+                    },
+                )
+            })
+    }
+
+    /// The collective core: publish, gather, validate, exchange, map.
+    fn exchange(
+        &self,
+        state: &mut GroupState,
+        memory: &dyn Memory,
+        size: usize,
+        pads: &PadAsk,
+        zero_own: bool,
+        times: &mut PhaseTimes,
+    ) -> Result<Exchanged> {
+        let shared = &self.shared;
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let info = shared.provider.info();
+        let own_key = shared.namespace.request(seq, shared.rank);
+        let request = Request {
+            version: PROTOCOL_VERSION,
+            group: shared.name.clone(),
+            seq,
+            rank: shared.rank,
+            world: shared.world,
+            provider: info.kind,
+            handle_type: info.handle_type,
+            device: info.device,
+            size,
+            alloc_size: memory.len(),
+            pad_size: pads.pad_size,
+            pad_pools: pads.pools,
+            pad_free: pads.free.clone(),
+            pid: std::process::id(),
+            uid: rustix::process::getuid().as_raw(),
+            host: shared.host.clone(),
+            socket: state.endpoint.path().to_path_buf(),
+            token: state.endpoint.token().to_hex(),
+        };
+        let mut clock = Instant::now();
+        let mut lap = |slot: &mut f64| {
+            let now = Instant::now();
+            *slot += (now - clock).as_secs_f64() * 1e6;
+            clock = now;
+        };
+        // Export before publishing: a rank that cannot export must not make peers wait
+        // for a handle that will never come longer than the timeout.
+        let handle = memory.export()?;
+        shared
+            .store
+            .set(&own_key, &request.encode())
+            .map_err(|e| Error {
+                phase: Phase::Publish,
+                ..e
+            })?;
+        lap(&mut times.publish_us);
+
+        let result = (|| {
+            let keys: Vec<String> = (0..shared.world)
+                .map(|r| shared.namespace.request(seq, r))
+                .collect();
+            let values = store::gather(shared.store.as_ref(), &keys, shared.timeout)?;
+            let requests = values
+                .iter()
+                .enumerate()
+                .map(|(r, v)| Request::decode(&keys[r], r, v))
+                .collect::<Result<Vec<_>>>()?;
+            request::validate(&requests)?;
+            let peers = requests
+                .iter()
+                .map(|r| {
+                    let token = Token::from_hex(&r.token).ok_or_else(|| {
+                        Error::new(
+                            Phase::Gather,
+                            ErrorKind::Corrupt {
+                                key: keys[r.rank].clone(),
+                                detail: "token is not 32 hex digits".into(),
+                            },
+                        )
+                        .with_peer(r.rank)
+                    })?;
+                    Ok(PeerAddress {
+                        socket: r.socket.clone(),
+                        pid: r.pid,
+                        token,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            lap(&mut times.gather_us);
+
+            let stride = memory.len();
+            let span_len = FlatLayout::span_len(stride, shared.world)?;
+            let mut span = shared.provider.reserve(span_len)?;
+            let layout = FlatLayout::new(span.base(), stride, shared.world)?;
+            span.map(shared.rank * stride, memory)?;
+            if zero_own {
+                span.zero(shared.rank * stride, stride)?;
+            }
+            lap(&mut times.reserve_us);
+
+            let round = Round {
+                group: shared.id,
+                seq,
+                rank: shared.rank,
+                peers: &peers,
+                size: stride as u64,
+            };
+            let handles = state.endpoint.all_gather(&round, &handle, shared.timeout)?;
+            lap(&mut times.exchange_us);
+
+            for (peer, handle) in handles.into_iter().enumerate() {
+                let Some(handle) = handle else { continue };
+                let imported = shared
+                    .provider
+                    .import(handle, stride)
+                    .map_err(|e| e.with_peer(peer))?;
+                span.map(peer * stride, imported.as_ref())
+                    .map_err(|e| e.with_peer(peer))?;
+            }
+            lap(&mut times.import_map_us);
+            Ok(Exchanged {
+                span,
+                layout,
+                requests,
+            })
+        })();
+        // Every peer read our request before it sent us its handle, so after a success
+        // the key (and those of earlier failures, which every peer has moved past) can go.
+        if result.is_ok() {
+            state.stale_keys.push(own_key);
+            for key in state.stale_keys.drain(..) {
+                if let Err(e) = shared.store.delete(&key) {
+                    tracing::warn!("symmwin rank {}: could not delete {key}: {e}", shared.rank);
+                }
+            }
+        } else {
+            state.stale_keys.push(own_key);
+        }
+        result
+    }
+}

@@ -1,0 +1,191 @@
+//! What each rank publishes before a rendezvous, and the checks that every rank
+//! runs on the full set so that all of them reach the same verdict.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::{HandleType, ProviderKind};
+
+/// Bumped whenever the request format or protocol changes.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Request {
+    /// Protocol version.
+    pub version: u32,
+    /// Group name.
+    pub group: String,
+    /// Rendezvous sequence number within the group.
+    pub seq: u64,
+    /// Publishing rank.
+    pub rank: usize,
+    /// Group size.
+    pub world: usize,
+    /// Host or CUDA.
+    pub provider: ProviderKind,
+    /// Handle type the memory is exported with.
+    pub handle_type: HandleType,
+    /// CUDA device ordinal (-1: host).
+    pub device: i32,
+    /// Bytes the user asked for.
+    pub size: usize,
+    /// Physical bytes (size rounded up to the granularity): the stride.
+    pub alloc_size: usize,
+    /// Signal pad bytes per rank (0: no pads, e.g. for the pad pool itself).
+    pub pad_size: usize,
+    /// Pad pools this rank has for `pad_size`.
+    pub pad_pools: usize,
+    /// Free-slot bitmap over all pad pools, 64 slots a word.
+    pub pad_free: Vec<u64>,
+    /// Publishing process.
+    pub pid: u32,
+    /// Its uid.
+    pub uid: u32,
+    /// Its host name: symmetric memory does not cross machines.
+    pub host: String,
+    /// Its exchange socket.
+    pub socket: PathBuf,
+    /// Token it requires in messages (hex).
+    pub token: String,
+}
+
+impl Request {
+    /// JSON bytes for the store.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain data into a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decode what `rank` published under `key`.
+    pub fn decode(key: &str, rank: usize, bytes: &[u8]) -> Result<Self> {
+        let corrupt = |detail: String| {
+            Error::new(
+                Phase::Gather,
+                ErrorKind::Corrupt {
+                    key: key.to_owned(),
+                    detail,
+                },
+            )
+            .with_peer(rank)
+        };
+        let request: Request =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a request: {e}")))?;
+        if request.rank != rank {
+            return Err(corrupt(format!(
+                "claims rank {} under rank {rank}'s key",
+                request.rank
+            )));
+        }
+        Ok(request)
+    }
+}
+
+/// Check that all requests agree; the error names the field and who holds what.
+pub fn validate(requests: &[Request]) -> Result<()> {
+    fn agree<T: PartialEq + std::fmt::Debug>(
+        requests: &[Request],
+        field: &'static str,
+        get: impl Fn(&Request) -> T,
+    ) -> Result<()> {
+        let first = get(&requests[0]);
+        if requests.iter().all(|r| get(r) == first) {
+            return Ok(());
+        }
+        let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for r in requests {
+            groups
+                .entry(format!("{:?}", get(r)))
+                .or_default()
+                .push(r.rank);
+        }
+        let detail = groups
+            .iter()
+            .map(|(value, ranks)| format!("{value} on rank(s) {ranks:?}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(Error::new(
+            Phase::Gather,
+            ErrorKind::Mismatch { field, detail },
+        ))
+    }
+    if requests.is_empty() {
+        return Err(Error::invalid("no requests to validate"));
+    }
+    agree(requests, "version", |r| r.version)?;
+    agree(requests, "group", |r| r.group.clone())?;
+    agree(requests, "seq", |r| r.seq)?;
+    agree(requests, "world", |r| r.world)?;
+    agree(requests, "provider", |r| r.provider)?;
+    agree(requests, "handle_type", |r| r.handle_type)?;
+    agree(requests, "size", |r| r.size)?;
+    agree(requests, "alloc_size", |r| r.alloc_size)?;
+    agree(requests, "pad_size", |r| r.pad_size)?;
+    agree(requests, "pad_pools", |r| r.pad_pools)?;
+    agree(requests, "host", |r| r.host.clone())?;
+    agree(requests, "uid", |r| r.uid)?;
+    if requests.len() != requests[0].world {
+        return Err(Error::new(
+            Phase::Gather,
+            ErrorKind::Mismatch {
+                field: "world",
+                detail: format!(
+                    "{} requests for world size {}",
+                    requests.len(),
+                    requests[0].world
+                ),
+            },
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(rank: usize, size: usize) -> Request {
+        Request {
+            version: PROTOCOL_VERSION,
+            group: "g".into(),
+            seq: 3,
+            rank,
+            world: 3,
+            provider: ProviderKind::Host,
+            handle_type: HandleType::PosixFd,
+            device: -1,
+            size,
+            alloc_size: 4096,
+            pad_size: 0,
+            pad_pools: 0,
+            pad_free: vec![],
+            pid: 1,
+            uid: 0,
+            host: "h".into(),
+            socket: "/tmp/x".into(),
+            token: "00".repeat(16),
+        }
+    }
+
+    #[test]
+    fn mismatch_names_field_and_ranks() {
+        let reqs = vec![request(0, 100), request(1, 200), request(2, 100)];
+        let err = validate(&reqs).unwrap_err().to_string();
+        assert!(err.contains("size"), "{err}");
+        assert!(err.contains("100 on rank(s) [0, 2]"), "{err}");
+        assert!(err.contains("200 on rank(s) [1]"), "{err}");
+    }
+
+    #[test]
+    fn agreement_passes_and_rank_spoofing_is_caught() {
+        let reqs: Vec<_> = (0..3).map(|r| request(r, 100)).collect();
+        validate(&reqs).unwrap();
+        let bytes = reqs[1].encode();
+        assert_eq!(Request::decode("k", 1, &bytes).unwrap(), reqs[1]);
+        assert!(Request::decode("k", 2, &bytes).is_err());
+        assert!(Request::decode("k", 2, b"{garbage").is_err());
+    }
+}

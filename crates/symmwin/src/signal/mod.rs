@@ -1,0 +1,7 @@
+//! Signal pads and the pool they come from. The barrier and signal operations
+//! themselves belong to each provider ([`crate::provider::Signals`]).
+
+pub(crate) mod pool;
+
+/// torch's default pad size: 32 channels x 72 ranks x 4 bytes.
+pub const DEFAULT_PAD_SIZE: usize = 32 * 72 * 4;

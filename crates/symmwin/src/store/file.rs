@@ -1,0 +1,129 @@
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::FlockOperation;
+
+use super::memory::parse_counter;
+use super::Store;
+use crate::error::{Error, ErrorKind, Phase, Result};
+
+/// A store in a directory shared by the ranks (one file per key).
+///
+/// Writes go to a temporary file renamed into place, so readers see a value whole
+/// or not at all; `add` holds an exclusive `flock` on the directory's lock file.
+/// The directory is created `0700`: other users cannot read tokens from it.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    dir: PathBuf,
+}
+
+impl FileStore {
+    /// A store in `dir`, created if missing.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::os(Phase::Publish, "mkdir(store)", e))?;
+        Ok(FileStore { dir })
+    }
+
+    /// A store in `$SYMMWIN_STORE_DIR`.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var_os("SYMMWIN_STORE_DIR") {
+            Some(dir) if !dir.is_empty() => FileStore::new(dir),
+            _ => Err(Error::invalid("SYMMWIN_STORE_DIR is not set")),
+        }
+    }
+
+    /// The directory holding the keys.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of keys currently set.
+    pub fn len(&self) -> Result<usize> {
+        Ok(fs::read_dir(&self.dir)
+            .map_err(|e| Error::os(Phase::Publish, "readdir(store)", e))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('k'))
+            .count())
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        // Keys contain '/', so encode them into one flat, unambiguous file name.
+        let mut name = String::with_capacity(1 + key.len() * 2);
+        name.push('k');
+        for b in key.bytes() {
+            name.push_str(&format!("{b:02x}"));
+        }
+        self.dir.join(name)
+    }
+
+    fn write_atomically(&self, path: &Path, value: &[u8]) -> Result<()> {
+        let tmp = self.dir.join(format!(
+            "tmp.{}.{:x}",
+            std::process::id(),
+            crate::token::random_u64()
+        ));
+        let result = (|| {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(value)?;
+            fs::rename(&tmp, path)
+        })();
+        result.map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            Error::os(Phase::Publish, "write(store)", e)
+        })
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+impl Store for FileStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.write_atomically(&self.path(key), value)
+    }
+
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        match fs::read(self.path(key)) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::os(Phase::Gather, "read(store)", e)),
+        }
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let lock = fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join("lock"))
+            .map_err(|e| Error::os(Phase::Publish, "open(store lock)", e))?;
+        rustix::fs::flock(&lock, FlockOperation::LockExclusive)
+            .map_err(|e| Error::os(Phase::Publish, "flock(store)", e))?;
+        let path = self.path(key);
+        let current = match self.try_get(key)? {
+            Some(v) => parse_counter(key, &v)?,
+            None => 0,
+        };
+        let next = current.checked_add(delta).ok_or_else(|| {
+            Error::new(
+                Phase::Publish,
+                ErrorKind::Store(format!("counter {key} overflows")),
+            )
+        })?;
+        self.write_atomically(&path, next.to_string().as_bytes())?;
+        Ok(next)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        match fs::remove_file(self.path(key)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::os(Phase::Teardown, "unlink(store)", e)),
+        }
+    }
+}

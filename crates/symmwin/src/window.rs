@@ -1,0 +1,306 @@
+//! A window: every rank's memory mapped at `base + rank * stride` in this process.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::group::GroupShared;
+use crate::layout::FlatLayout;
+use crate::provider::{PadView, ProviderInfo, Span, StreamHandle, Table};
+use crate::signal::pool::PadLease;
+
+/// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
+#[derive(Clone)]
+pub struct Window {
+    inner: Arc<WindowInner>,
+}
+
+struct WindowInner {
+    // Field order is drop order: tables and pad go before the span they point into.
+    tables: Mutex<Tables>,
+    pad: Option<PadLease>,
+    span: Box<dyn Span>,
+    layout: FlatLayout,
+    size: usize,
+    group: Arc<GroupShared>,
+}
+
+#[derive(Default)]
+struct Tables {
+    buffers: Option<Box<dyn Table>>,
+    pads: Option<Box<dyn Table>>,
+    global_ranks: Option<Box<dyn Table>>,
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("group", &self.inner.group.name)
+            .field("rank", &self.inner.group.rank)
+            .field("layout", &self.inner.layout)
+            .field("size", &self.inner.size)
+            .finish()
+    }
+}
+
+impl Window {
+    pub(crate) fn new(
+        group: Arc<GroupShared>,
+        span: Box<dyn Span>,
+        layout: FlatLayout,
+        size: usize,
+        pad: Option<PadLease>,
+    ) -> Self {
+        Window {
+            inner: Arc::new(WindowInner {
+                tables: Mutex::default(),
+                pad,
+                span,
+                layout,
+                size,
+                group,
+            }),
+        }
+    }
+
+    /// This process's rank in the window's group.
+    pub fn rank(&self) -> usize {
+        self.inner.group.rank
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.inner.layout.world
+    }
+
+    /// Name of the group.
+    pub fn group_name(&self) -> &str {
+        &self.inner.group.name
+    }
+
+    /// Bytes usable in each rank's slot (what was asked for).
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// The flat layout: rank r's memory is at `base + r * stride`.
+    pub fn layout(&self) -> FlatLayout {
+        self.inner.layout
+    }
+
+    /// Address of `rank`'s memory in this process.
+    pub fn ptr(&self, rank: usize) -> Result<usize> {
+        self.inner
+            .layout
+            .slot(rank)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Addresses of every rank's memory, in rank order.
+    pub fn ptrs(&self) -> Vec<usize> {
+        self.inner.layout.slots()
+    }
+
+    /// Provider kind, device and handle type.
+    pub fn provider_info(&self) -> ProviderInfo {
+        self.inner.group.provider.info()
+    }
+
+    /// Global rank of each group rank.
+    pub fn global_ranks(&self) -> &[i32] {
+        &self.inner.group.global_ranks
+    }
+
+    /// Signal pad bytes per rank (0 when the window has no pads).
+    pub fn pad_size(&self) -> usize {
+        self.inner.pad.as_ref().map_or(0, PadLease::pad_size)
+    }
+
+    /// Addresses of every rank's signal pad; empty when the window has none.
+    pub fn pad_ptrs(&self) -> Vec<usize> {
+        match &self.inner.pad {
+            Some(pad) => (0..self.world())
+                .map(|r| pad.base() + r * pad.stride())
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Device-visible array of [`Window::ptrs`] (made on first use).
+    pub fn ptrs_dev(&self) -> Result<usize> {
+        self.table(
+            |t| &mut t.buffers,
+            || self.ptrs().iter().map(|&p| p as u64).collect(),
+        )
+    }
+
+    /// Device-visible array of [`Window::pad_ptrs`] (made on first use).
+    pub fn pad_ptrs_dev(&self) -> Result<usize> {
+        self.table(
+            |t| &mut t.pads,
+            || self.pad_ptrs().iter().map(|&p| p as u64).collect(),
+        )
+    }
+
+    /// Device-visible `int32` array of [`Window::global_ranks`].
+    pub fn global_ranks_dev(&self) -> Result<usize> {
+        self.table(
+            |t| &mut t.global_ranks,
+            || {
+                // Pack int32 pairs into words: the table is an array of i32 on the device.
+                let ranks = self.global_ranks();
+                ranks
+                    .chunks(2)
+                    .map(|c| {
+                        let lo = c[0] as u32 as u64;
+                        let hi = c.get(1).map_or(0, |&h| h as u32 as u64);
+                        lo | (hi << 32)
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    fn table(
+        &self,
+        field: impl Fn(&mut Tables) -> &mut Option<Box<dyn Table>>,
+        words: impl Fn() -> Vec<u64>,
+    ) -> Result<usize> {
+        let mut tables = self.inner.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = field(&mut tables);
+        if let Some(table) = slot {
+            return Ok(table.ptr());
+        }
+        let table = self
+            .inner
+            .group
+            .provider
+            .upload(&words())
+            .map_err(|e| e.at_rank(self.rank()))?;
+        let ptr = table.ptr();
+        *slot = Some(table);
+        Ok(ptr)
+    }
+
+    fn pads(&self) -> Result<PadView> {
+        let pad =
+            self.inner.pad.as_ref().ok_or_else(|| {
+                Error::invalid("this window has no signal pads").at_rank(self.rank())
+            })?;
+        Ok(PadView {
+            base: pad.base(),
+            stride: pad.stride(),
+            len: pad.pad_size(),
+            rank: self.rank(),
+            world: self.world(),
+        })
+    }
+
+    fn timeout(&self, timeout: Option<Duration>) -> Duration {
+        timeout.unwrap_or(self.inner.group.timeout)
+    }
+
+    /// Signal every peer on `channel` and wait for all of them. `stream` orders the
+    /// operation on the device (ignored for host memory).
+    pub fn barrier(
+        &self,
+        channel: usize,
+        timeout: Option<Duration>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let pads = self.pads()?;
+        self.inner
+            .group
+            .provider
+            .signals()
+            .barrier(&pads, channel, self.timeout(timeout), stream)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Signal `dst` on `channel`.
+    pub fn put_signal(
+        &self,
+        dst: usize,
+        channel: usize,
+        timeout: Option<Duration>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let pads = self.pads()?;
+        self.inner
+            .group
+            .provider
+            .signals()
+            .put(&pads, dst, channel, self.timeout(timeout), stream)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Wait for `src`'s signal on `channel`.
+    pub fn wait_signal(
+        &self,
+        src: usize,
+        channel: usize,
+        timeout: Option<Duration>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let pads = self.pads()?;
+        self.inner
+            .group
+            .provider
+            .signals()
+            .wait(&pads, src, channel, self.timeout(timeout), stream)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Zero `len` bytes of this rank's slot at `offset` (complete on return).
+    pub fn zero_own(&self, offset: usize, len: usize) -> Result<()> {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.inner.layout.stride)
+        {
+            return Err(Error::invalid("range overruns this rank's slot").at_rank(self.rank()));
+        }
+        self.inner
+            .span
+            .zero(self.rank() * self.inner.layout.stride + offset, len)
+    }
+
+    /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address.
+    fn slot_range(&self, rank: usize, offset: usize, len: usize) -> Result<usize> {
+        let start = self.ptr(rank)?;
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.inner.layout.stride)
+        {
+            return Err(Error::invalid(format!(
+                "{len} bytes at offset {offset} overrun a slot of {} bytes",
+                self.inner.layout.stride
+            ))
+            .at_rank(self.rank()));
+        }
+        Ok(start + offset)
+    }
+
+    /// Copy host bytes into `rank`'s slot at `offset` (complete on return).
+    pub fn write(&self, rank: usize, offset: usize, bytes: &[u8]) -> Result<()> {
+        let dst = self.slot_range(rank, offset, bytes.len())?;
+        // SAFETY: slot_range checked the destination lies in this window's mapped span,
+        // which lives as long as `self`.
+        unsafe { self.inner.group.provider.write(dst, bytes) }
+    }
+
+    /// Copy from `rank`'s slot at `offset` into host bytes (complete on return).
+    pub fn read(&self, rank: usize, offset: usize, bytes: &mut [u8]) -> Result<()> {
+        let src = self.slot_range(rank, offset, bytes.len())?;
+        // SAFETY: as in `write`, for the source range.
+        unsafe { self.inner.group.provider.read(src, bytes) }
+    }
+
+    /// Copy `len` bytes between two slots of this window (complete on return): a
+    /// copy-engine transfer on CUDA.
+    pub fn copy(&self, dst: (usize, usize), src: (usize, usize), len: usize) -> Result<()> {
+        let to = self.slot_range(dst.0, dst.1, len)?;
+        let from = self.slot_range(src.0, src.1, len)?;
+        // SAFETY: both ranges were checked to lie in this window's mapped span.
+        unsafe { self.inner.group.provider.copy(to, from, len) }
+    }
+}

@@ -1,0 +1,608 @@
+//! Multi-process tests on the host provider: real processes, real shared memory,
+//! real sockets. The test binary re-runs itself as the worker processes: each test
+//! starts `world` copies of the ignored `worker` test with a scenario in the
+//! environment, then checks what every rank printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
+use symmwin::{
+    Allocation, Config, ErrorKind, FileStore, Group, GroupSpec, HostProvider, Provider, Store,
+};
+
+const SCENARIO: &str = "SYMMWIN_TEST_SCENARIO";
+
+struct Job {
+    dir: PathBuf,
+}
+
+impl Job {
+    fn new(name: &str) -> Job {
+        let dir = std::env::temp_dir().join(format!(
+            "symmwin-test-{name}-{}-{:x}",
+            std::process::id(),
+            symmwin::token::random_u64()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Job { dir }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+
+    fn sockets(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+
+    /// Start one worker process per rank running `scenario`.
+    fn spawn(
+        &self,
+        world: usize,
+        scenario: &str,
+        env: &[(&str, String)],
+    ) -> Vec<std::process::Child> {
+        (0..world)
+            .map(|rank| {
+                let mut cmd = Command::new(std::env::current_exe().unwrap());
+                cmd.args([
+                    "--ignored",
+                    "--exact",
+                    "worker",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(SCENARIO, scenario)
+                .env("RANK", rank.to_string())
+                .env("WORLD", world.to_string())
+                .env("STORE", self.store())
+                .env("SYMMWIN_SOCKET_DIR", self.sockets())
+                .env("SYMMWIN_TIMEOUT_MS", "5000")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+                for (k, v) in env {
+                    cmd.env(k, v);
+                }
+                cmd.spawn().unwrap()
+            })
+            .collect()
+    }
+
+    fn run(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Vec<Output> {
+        self.spawn(world, scenario, env)
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The `RESULT ...` line a worker printed.
+fn result(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no result; stdout:\n{stdout}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+fn env_usize(name: &str) -> usize {
+    std::env::var(name).unwrap().parse().unwrap()
+}
+
+fn join(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
+    let group = Group::new(
+        GroupSpec::new("test", rank, world),
+        store,
+        provider.clone(),
+        &Config::from_env().unwrap(),
+    )
+    .unwrap();
+    (group, provider)
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+/// Entry point of the worker processes; does nothing when run directly.
+#[test]
+#[ignore = "worker process entry point, started by the other tests"]
+fn worker() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let rank = env_usize("RANK");
+    let world = env_usize("WORLD");
+    let outcome = match scenario.as_str() {
+        "visible" => visible(rank, world),
+        "cycles" => cycles(rank, world),
+        "mismatch" => mismatch(rank, world),
+        "die_before_publish" => die_or_wait(rank, world, false),
+        "die_after_publish" => die_or_wait(rank, world, true),
+        "signals" => signals(rank, world),
+        "intruded" => intruded(rank, world),
+        "intruder" => intruder(),
+        "other_uid" => other_uid(),
+        other => panic!("unknown scenario {other}"),
+    };
+    println!("RESULT {outcome}");
+}
+
+/// Every rank writes `rank+1` bytes into its chunk of every peer's slot.
+fn visible(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    let chunk = 4096 + 24;
+    let alloc = Allocation::new(provider, chunk * world).unwrap();
+    let window = group.rendezvous(&alloc).unwrap();
+    let layout = window.layout();
+    for r in 0..world {
+        assert_eq!(window.ptr(r).unwrap(), layout.base + r * layout.stride);
+    }
+    for peer in 0..world {
+        window
+            .write(peer, rank * chunk, &vec![rank as u8 + 1; chunk])
+            .unwrap();
+    }
+    window.barrier(0, None, 0).unwrap();
+    // Read through the allocation's own mapping: the window aliases the same memory.
+    let own = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, chunk * world) };
+    let wrong = (0..world)
+        .filter(|&src| {
+            own[src * chunk..(src + 1) * chunk]
+                .iter()
+                .any(|&b| b != src as u8 + 1)
+        })
+        .count();
+    window.barrier(0, None, 0).unwrap();
+    format!("wrong_chunks={wrong}")
+}
+
+fn cycles(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    let cycles: usize = std::env::var("CYCLES").unwrap().parse().unwrap();
+    let mut live: Vec<(Allocation, symmwin::Window)> = Vec::new();
+    let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // A first cycle creates the pad pool, which lives as long as the group.
+    let warm = Allocation::new(provider.clone(), 4096).unwrap();
+    drop(group.rendezvous(&warm).unwrap());
+    drop(warm);
+    let (fds0, maps0) = (open_fds(), mappings());
+    let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
+    for i in 0..cycles {
+        let size = 1 + (i * 7919) % (3 << 16);
+        let alloc = Allocation::new(provider.clone(), size).unwrap();
+        let window = group.rendezvous(&alloc).unwrap();
+        window
+            .write((rank + 1) % world, 0, &[(i % 251) as u8])
+            .unwrap();
+        live.push((alloc, window));
+        // Each rank frees a random live window: the order differs between ranks.
+        while live.len() > 4 || (i + 1 == cycles && !live.is_empty()) {
+            let victim = (next() as usize) % live.len();
+            live.swap_remove(victim);
+        }
+    }
+    // One more collective so every rank has deleted its last request key.
+    let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let sync = group.rendezvous(&sync_alloc).unwrap();
+    sync.barrier(0, None, 0).unwrap();
+    drop((sync, sync_alloc));
+    let (fds1, maps1) = (open_fds(), mappings());
+    format!(
+        "fds={fds0}->{fds1} maps={maps0}->{maps1} keys={} pools={}",
+        store.len().unwrap(),
+        group.pad_pool_count()
+    )
+}
+
+fn mismatch(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    let alloc = Allocation::new(provider, 4096 * (1 + usize::from(rank == 1))).unwrap();
+    let err = group.rendezvous(&alloc).unwrap_err();
+    assert!(
+        matches!(err.kind, ErrorKind::Mismatch { field: "size", .. }),
+        "{err}"
+    );
+    err.to_string()
+}
+
+/// The last rank dies (before or after publishing its request); the others report it.
+fn die_or_wait(rank: usize, world: usize, publish_first: bool) -> String {
+    let (group, provider) = join(rank, world);
+    if rank == world - 1 {
+        if publish_first {
+            publish_and_vanish(rank, world);
+        }
+        std::process::exit(3);
+    }
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    let start = Instant::now();
+    let err = group.rendezvous(&alloc).unwrap_err();
+    format!("{:.3}s {err}", start.elapsed().as_secs_f64())
+}
+
+/// Publish a well-formed request for seq 0 whose process then dies before sending.
+fn publish_and_vanish(rank: usize, world: usize) {
+    let endpoint = symmwin::exchange::Endpoint::bind(
+        Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
+        0,
+    )
+    .unwrap();
+    let info = HostProvider::new().info();
+    let request = symmwin::rendezvous::request::Request {
+        version: symmwin::rendezvous::request::PROTOCOL_VERSION,
+        group: "test".into(),
+        seq: 0,
+        rank,
+        world,
+        provider: info.kind,
+        handle_type: info.handle_type,
+        device: info.device,
+        size: 4096,
+        alloc_size: 4096,
+        pad_size: symmwin::signal::DEFAULT_PAD_SIZE,
+        pad_pools: 0,
+        pad_free: vec![],
+        pid: std::process::id(),
+        uid: rustix::process::getuid().as_raw(),
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        socket: endpoint.path().to_path_buf(),
+        token: endpoint.token().to_hex(),
+    };
+    let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
+    store
+        .set(
+            &symmwin::store::Namespace::new("test").request(0, rank),
+            &request.encode(),
+        )
+        .unwrap();
+    std::mem::forget(endpoint); // dying processes leave their socket behind
+}
+
+fn signals(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    let window = group.rendezvous(&alloc).unwrap();
+    let rounds = 200;
+    for i in 0..rounds {
+        window.barrier(i % 4, None, 0).unwrap();
+    }
+    // A ring of put/wait on channel 1.
+    let next = (rank + 1) % world;
+    let prev = (rank + world - 1) % world;
+    for _ in 0..rounds {
+        window.put_signal(next, 1, None, 0).unwrap();
+        window.wait_signal(prev, 1, None, 0).unwrap();
+    }
+    window.barrier(0, None, 0).unwrap();
+    // Pads are zero at rest once every signal has been consumed.
+    let pads = window.pad_ptrs();
+    let own =
+        unsafe { std::slice::from_raw_parts(pads[rank] as *const u32, window.pad_size() / 4) };
+    let nonzero = own.iter().filter(|&&w| w != 0).count();
+    // A wait nobody answers times out and names the peer.
+    let err = window
+        .wait_signal(prev, 2, Some(Duration::from_millis(100)), 0)
+        .unwrap_err();
+    let bad_channel = window.barrier(1 << 20, None, 0).unwrap_err();
+    window.barrier(0, None, 0).unwrap();
+    format!(
+        "nonzero={nonzero} timeout_peer={:?} bad_channel={}",
+        err.peer,
+        matches!(bad_channel.kind, ErrorKind::InvalidArgument(_))
+    )
+}
+
+/// Rank 1 starts late; meanwhile an intruder sprays forged handles at every socket.
+fn intruded(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    if rank == 1 {
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    let window = group.rendezvous(&alloc).unwrap();
+    window.write(1 - rank, 0, &[0xA0 + rank as u8]).unwrap();
+    window.barrier(0, None, 0).unwrap();
+    let mut got = [0u8];
+    window.read(rank, 0, &mut got).unwrap();
+    format!(
+        "peer_byte={:#x} rejected={}",
+        got[0],
+        group.rejected_messages()
+    )
+}
+
+/// Send forged messages (guessed token, valid everything else) with a real memfd.
+fn forge_to_all(dir: &Path) -> usize {
+    let mut sent = 0;
+    let memory = HostProvider::new().create(4096).unwrap();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let msg = Message {
+            group: symmwin::token::stable_id("test"),
+            seq: 0,
+            sender: 1,
+            world: 2,
+            token: [7; 16],
+            size: 4096,
+            payload: Payload::Fd,
+        };
+        let mut buf = [0u8; FABRIC_LEN];
+        let bytes = msg.encode(&mut buf);
+        let sock = rustix::net::socket(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::DGRAM,
+            None,
+        )
+        .unwrap();
+        let addr = rustix::net::SocketAddrUnix::new(entry.path()).unwrap();
+        let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
+            unreachable!()
+        };
+        let fds = [std::os::fd::AsFd::as_fd(&fd)];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+        control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+        if rustix::net::sendmsg_addr(
+            &sock,
+            &addr,
+            &[std::io::IoSlice::new(bytes)],
+            &mut control,
+            rustix::net::SendFlags::empty(),
+        )
+        .is_ok()
+        {
+            sent += 1;
+        }
+        // Garbage, too.
+        let _ = rustix::net::sendto(
+            &sock,
+            b"not a message",
+            rustix::net::SendFlags::empty(),
+            &addr,
+        );
+    }
+    sent
+}
+
+fn intruder() -> String {
+    let dir = PathBuf::from(std::env::var("SYMMWIN_SOCKET_DIR").unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    format!("sent={}", forge_to_all(&dir))
+}
+
+/// Run as another uid: try to reach a socket in our private directory.
+fn other_uid() -> String {
+    let target = PathBuf::from(std::env::var("TARGET_SOCKET").unwrap());
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )
+    .unwrap();
+    let addr = rustix::net::SocketAddrUnix::new(&target).unwrap();
+    match rustix::net::sendto(&sock, b"hello", rustix::net::SendFlags::empty(), &addr) {
+        Ok(_) => "sent".into(),
+        Err(e) => format!("refused:errno{}", e.raw_os_error()),
+    }
+}
+
+// ---------------------------------------------------------------- the tests
+
+#[test]
+fn peers_data_is_visible_at_base_plus_rank_stride_for_world_1_to_8() {
+    for world in [1, 2, 3, 4, 8] {
+        let job = Job::new("visible");
+        for (rank, out) in job.run(world, "visible", &[]).iter().enumerate() {
+            assert!(
+                out.status.success(),
+                "world {world} rank {rank}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(result(out), "wrong_chunks=0", "world {world} rank {rank}");
+        }
+    }
+}
+
+#[test]
+fn a_thousand_cycles_with_random_free_order_leak_nothing() {
+    let job = Job::new("cycles");
+    let outs = job.run(3, "cycles", &[("CYCLES", "1000".into())]);
+    for out in &outs {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = result(out);
+        let parts: Vec<&str> = r.split_whitespace().collect();
+        for part in &parts[..2] {
+            let (_, v) = part.split_once('=').unwrap();
+            let (before, after) = v.split_once("->").unwrap();
+            assert_eq!(before, after, "leak: {r}");
+        }
+        // Request keys are deleted once every peer has read them; one pad pool serves all.
+        assert_eq!(parts[2], "keys=0", "{r}");
+        assert_eq!(parts[3], "pools=1", "{r}");
+    }
+}
+
+#[test]
+fn mismatched_sizes_fail_on_every_rank_naming_the_field() {
+    let job = Job::new("mismatch");
+    for out in job.run(3, "mismatch", &[]) {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = result(&out);
+        assert!(r.contains("ranks disagree on size"), "{r}");
+        assert!(r.contains("8192 on rank(s) [1]"), "{r}");
+    }
+}
+
+#[test]
+fn a_rank_that_dies_before_publishing_is_named_within_the_timeout() {
+    let job = Job::new("die1");
+    let outs = job.run(
+        3,
+        "die_before_publish",
+        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
+    );
+    for out in &outs[..2] {
+        let r = result(out);
+        let secs: f64 = r.split('s').next().unwrap().parse().unwrap();
+        assert!(secs < 2.5, "{r}");
+        assert!(r.contains("waiting for rank(s) [2]"), "{r}");
+    }
+    assert_eq!(outs[2].status.code(), Some(3));
+}
+
+#[test]
+fn a_rank_that_dies_after_publishing_is_named_as_lost() {
+    let job = Job::new("die2");
+    let outs = job.run(
+        3,
+        "die_after_publish",
+        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
+    );
+    for out in &outs[..2] {
+        let r = result(out);
+        assert!(r.contains("peer 2") || r.contains("rank(s) [2]"), "{r}");
+        assert!(r.contains("[exchange]"), "{r}");
+    }
+}
+
+#[test]
+fn barrier_and_signals_leave_pads_zero_and_time_out_naming_the_peer() {
+    for world in [2, 3] {
+        let job = Job::new("signals");
+        for (rank, out) in job.run(world, "signals", &[]).iter().enumerate() {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let prev = (rank + world - 1) % world;
+            assert_eq!(
+                result(out),
+                format!("nonzero=0 timeout_peer=Some({prev}) bad_channel=true")
+            );
+        }
+    }
+}
+
+#[test]
+fn forged_messages_from_a_same_uid_process_without_the_token_are_rejected() {
+    let job = Job::new("intrude");
+    let mut ranks = job.spawn(2, "intruded", &[]);
+    let intruder = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "worker", "--nocapture"])
+        .env(SCENARIO, "intruder")
+        .env("RANK", "9")
+        .env("WORLD", "2")
+        .env("STORE", job.store())
+        .env("SYMMWIN_SOCKET_DIR", job.sockets())
+        .output()
+        .unwrap();
+    let sent = result(&intruder);
+    assert_ne!(
+        sent, "sent=0",
+        "the intruder reached no socket, so the test proves nothing"
+    );
+    let outs: Vec<Output> = ranks
+        .drain(..)
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let r0 = result(&outs[0]);
+    assert!(r0.starts_with("peer_byte=0xa1"), "{r0}");
+    let rejected: u64 = r0.rsplit('=').next().unwrap().parse().unwrap();
+    assert!(
+        rejected >= 2,
+        "forged and garbage messages must be counted as rejected: {r0}"
+    );
+}
+
+#[test]
+fn another_uid_cannot_reach_the_sockets() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a process as another uid");
+        return;
+    }
+    let job = Job::new("uid");
+    let endpoint = symmwin::exchange::Endpoint::bind(&job.sockets(), 1).unwrap();
+    // The test binary may sit where nobody cannot read; give it a copy it can run.
+    let exe = job.dir.join("worker-exe");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
+    };
+    open(&exe, 0o755);
+    open(&job.dir, 0o755);
+    let out = std::os::unix::process::CommandExt::uid(
+        Command::new(&exe)
+            .args(["--ignored", "--exact", "worker", "--nocapture"])
+            .env(SCENARIO, "other_uid")
+            .env("RANK", "0")
+            .env("WORLD", "1")
+            .env("TARGET_SOCKET", endpoint.path()),
+        65534,
+    )
+    .output()
+    .unwrap();
+    assert_eq!(result(&out), format!("refused:errno{}", libc::EACCES));
+}
+
+#[test]
+fn socket_directories_that_others_can_enter_are_refused() {
+    let job = Job::new("perm");
+    let open = job.dir.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let err = symmwin::exchange::Endpoint::bind(&open, 0).unwrap_err();
+    assert!(err.to_string().contains("must be 0700"), "{err}");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(job.sockets())
+        .unwrap();
+    let link = job.dir.join("link");
+    std::os::unix::fs::symlink(job.sockets(), &link).unwrap();
+    let err = symmwin::exchange::Endpoint::bind(&link, 0).unwrap_err();
+    assert!(err.to_string().contains("symlink"), "{err}");
+    let ok = symmwin::exchange::Endpoint::bind(&job.sockets(), 0).unwrap();
+    let mode = std::fs::metadata(ok.path())
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .unwrap();
+    assert_eq!(mode, 0o600);
+}
