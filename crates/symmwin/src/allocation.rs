@@ -33,11 +33,14 @@ impl Allocation {
         if size == 0 {
             return Err(Error::invalid("cannot allocate 0 bytes"));
         }
-        let physical = round_up(size, provider.info().granularity)?;
+        let info = provider.info();
+        let physical = round_up(size, info.granularity)?;
         let memory = provider.create(physical)?;
         let mut local = provider.reserve(physical)?;
         local.map(0, memory.as_ref())?;
-        local.zero(0, physical)?;
+        if !info.zero_on_create {
+            local.zero(0, physical)?;
+        }
         Ok(Allocation {
             inner: Arc::new(AllocationInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -65,6 +65,8 @@ impl Provider for HostProvider {
             device: -1,
             handle_type: HandleType::PosixFd,
             granularity: page_size(),
+            // A new memfd reads as zeros.
+            zero_on_create: true,
         }
     }
 

@@ -73,6 +73,8 @@ pub struct ProviderInfo {
     pub handle_type: HandleType,
     /// Sizes and addresses are multiples of this.
     pub granularity: usize,
+    /// `create` returns zero-filled memory; otherwise the caller zeroes it once mapped.
+    pub zero_on_create: bool,
 }
 
 /// Physical memory owned by this process. Released on drop.
@@ -163,7 +165,8 @@ pub trait Signals: Send + Sync {
 pub trait Provider: Send + Sync + fmt::Debug {
     /// Kind, device, handle type and granularity.
     fn info(&self) -> ProviderInfo;
-    /// New zero-filled physical memory of `size` bytes (a positive multiple of the granularity).
+    /// New physical memory of `size` bytes (a positive multiple of the granularity);
+    /// zero-filled when [`ProviderInfo::zero_on_create`] says so.
     fn create(&self, size: usize) -> Result<Box<dyn Memory>>;
     /// Memory a peer exported, `size` bytes long.
     fn import(&self, handle: SharedHandle, size: usize) -> Result<Box<dyn Memory>>;

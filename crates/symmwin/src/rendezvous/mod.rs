@@ -262,7 +262,7 @@ impl Group {
             let mut span = shared.provider.reserve(span_len)?;
             let layout = FlatLayout::new(span.base(), stride, shared.world)?;
             span.map(shared.rank * stride, memory)?;
-            if zero_own {
+            if zero_own && !info.zero_on_create {
                 span.zero(shared.rank * stride, stride)?;
             }
             lap(&mut times.reserve_us);

@@ -129,13 +129,13 @@ impl Provider for CudaProvider {
             device: self.ctx.ordinal,
             handle_type: self.handle_type,
             granularity: self.granularity,
+            zero_on_create: false,
         }
     }
 
-    /// Unlike the trait's general contract, the memory is NOT zero-filled: zeroing needs
-    /// a mapping, and the caller maps it anyway, so it zeroes through
-    /// [`Span::zero`] once mapped (the rendezvous zeroes its own slot before
-    /// publishing).
+    /// The memory is NOT zero-filled (`zero_on_create` is false): zeroing needs a
+    /// mapping, and the caller maps it anyway, so it zeroes through [`Span::zero`] once
+    /// mapped.
     fn create(&self, size: usize) -> Result<Box<dyn Memory>> {
         self.check_granular(size, Phase::Create)?;
         let prop = driver::device_prop(self.ctx.ordinal, probe::cu_handle_type(self.handle_type));
@@ -532,10 +532,16 @@ mod tests {
         unsafe { sys::is_culib_present() }
     }
 
-    /// Device 0's provider, or None on a machine without a usable GPU.
-    fn gpu() -> Option<CudaProvider> {
+    /// Device 0's provider, or None on a machine without a usable GPU. The guard
+    /// serialises GPU tests: one of them plays two ranks in one process, and a
+    /// synchronising driver call from another test (cuMemFree waits for the whole
+    /// device) between its two halves of a barrier would stall the first half until it
+    /// times out.
+    fn gpu() -> Option<(std::sync::MutexGuard<'static, ()>, CudaProvider)> {
+        static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
         match device_count() {
-            Ok(n) if n > 0 => Some(CudaProvider::new(0, HandlePreference::Auto).unwrap()),
+            Ok(n) if n > 0 => Some((guard, CudaProvider::new(0, HandlePreference::Auto).unwrap())),
             _ => None,
         }
     }
@@ -559,7 +565,9 @@ mod tests {
 
     #[test]
     fn span_coverage() {
-        let Some(provider) = gpu() else { return };
+        let Some((_gpu, provider)) = gpu() else {
+            return;
+        };
         let g = provider.granularity;
         let mut span = CudaSpan {
             stream: Arc::clone(&provider.stream),
@@ -594,9 +602,7 @@ mod tests {
 
     #[test]
     fn probe_reports_a_device() {
-        if gpu().is_none() {
-            return;
-        }
+        let Some(_gpu) = gpu() else { return };
         let report = probe_device(0).unwrap();
         assert!(report.vmm_supported && report.posix_fd.works, "{report:?}");
         assert!(report.granularity_min > 0);
@@ -609,9 +615,7 @@ mod tests {
 
     #[test]
     fn forced_handle_types() {
-        if gpu().is_none() {
-            return;
-        }
+        let Some(_gpu) = gpu() else { return };
         let fd = CudaProvider::new(0, HandlePreference::Fd).unwrap();
         assert_eq!(fd.info().handle_type, HandleType::PosixFd);
         match CudaProvider::new(0, HandlePreference::Fabric) {
@@ -625,7 +629,9 @@ mod tests {
 
     #[test]
     fn create_export_import_map_zero_upload() {
-        let Some(provider) = gpu() else { return };
+        let Some((_gpu, provider)) = gpu() else {
+            return;
+        };
         let info = provider.info();
         let g = info.granularity;
         println!("{info:?}");
@@ -663,7 +669,9 @@ mod tests {
 
     #[test]
     fn signals_on_device() {
-        let Some(provider) = gpu() else { return };
+        let Some((_gpu, provider)) = gpu() else {
+            return;
+        };
         let g = provider.info().granularity;
         let mut span = provider.reserve(2 * g).unwrap();
         for r in 0..2 {

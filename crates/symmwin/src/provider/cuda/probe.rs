@@ -143,10 +143,13 @@ pub fn peer_access(a: i32, b: i32) -> Result<bool> {
 /// device's primary context for the duration of the handle-type probes.
 pub fn probe_device(ordinal: i32) -> Result<DeviceReport> {
     let dev = device(ordinal)?;
-    // SAFETY (all calls below): `dev` comes from cuDeviceGet on a loaded driver.
+    // SAFETY: `dev` comes from cuDeviceGet on a loaded driver.
     let attr = |a| unsafe { driver::device_attribute(dev, a) }.phase(Phase::Probe);
+    // SAFETY: as above.
     let name = unsafe { driver::device_name(dev) }.phase(Phase::Probe)?;
+    // SAFETY: as above.
     let total_memory = unsafe { driver::device_total_mem(dev) }.phase(Phase::Probe)?;
+    // SAFETY: `device` above loaded and initialised the driver.
     let driver_version = unsafe { driver::driver_version() }.phase(Phase::Probe)?;
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -295,10 +298,11 @@ fn try_create_export(ctx: &PrimaryContext, handle_type: HandleType) -> DriverRes
     }?;
     // SAFETY: `size` is the granularity for `prop`; the handle is released below.
     let handle = unsafe { driver::mem_create(size, &prop) }?;
-    // SAFETY: `handle` is live and was created with `handle_type` requested; an
-    // exported fd is closed when the OwnedFd drops.
     let exported = match handle_type {
+        // SAFETY: `handle` is live and was created with POSIX fds requested; the
+        // exported fd is closed when the OwnedFd drops.
         HandleType::PosixFd => unsafe { driver::mem_export_fd(handle) }.map(drop),
+        // SAFETY: `handle` is live and was created with fabric handles requested.
         HandleType::Fabric => unsafe { driver::mem_export_fabric(handle) }.map(drop),
     };
     // SAFETY: `handle` is live and unmapped, and not used again.

@@ -1,0 +1,149 @@
+//! A `Store` backed by C callbacks (torch's c10d Store, through the adapter).
+
+use std::ffi::{c_char, c_int, c_void, CString};
+
+use symmwin::{Error, ErrorKind, Phase, Store};
+
+/// Receives a value from `try_get`.
+pub type SymmwinSink = unsafe extern "C" fn(sink: *mut c_void, value: *const u8, len: usize);
+
+/// Store callbacks. Each returns 0 on success and non-zero on failure, except
+/// `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure.
+/// The callbacks may be called from any thread; `release` is called once, last.
+#[repr(C)]
+pub struct SymmwinStore {
+    /// Passed back to every callback.
+    pub ctx: *mut c_void,
+    /// Set `key` to `len` bytes at `value`.
+    pub set: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            key: *const c_char,
+            value: *const u8,
+            len: usize,
+        ) -> c_int,
+    >,
+    /// Look `key` up without blocking.
+    pub try_get: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            key: *const c_char,
+            sink: SymmwinSink,
+            sink_ctx: *mut c_void,
+        ) -> c_int,
+    >,
+    /// Add `delta` to the counter at `key`, storing the result in `*out`.
+    pub add: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            key: *const c_char,
+            delta: i64,
+            out: *mut i64,
+        ) -> c_int,
+    >,
+    /// Delete `key`.
+    pub remove: Option<unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char) -> c_int>,
+    /// Free `ctx`.
+    pub release: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+}
+
+pub(crate) struct CallbackStore(SymmwinStore);
+
+// SAFETY: the adapter's contract (SymmwinStore doc) is that the callbacks may be used
+// from any thread; c10d stores are internally synchronised.
+unsafe impl Send for CallbackStore {}
+// SAFETY: as above.
+unsafe impl Sync for CallbackStore {}
+
+impl CallbackStore {
+    pub(crate) fn new(store: SymmwinStore) -> Self {
+        CallbackStore(store)
+    }
+}
+
+impl Drop for CallbackStore {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.release {
+            // SAFETY: release is called exactly once, after the last use of ctx.
+            unsafe { release(self.0.ctx) }
+        }
+    }
+}
+
+fn key(k: &str) -> symmwin::Result<CString> {
+    CString::new(k).map_err(|_| Error::invalid(format!("store key {k:?} contains NUL")))
+}
+
+fn failed(what: &str, key: &str) -> Error {
+    Error::new(
+        Phase::Publish,
+        ErrorKind::Store(format!("{what}({key}) failed in the c10d store")),
+    )
+}
+
+fn missing(what: &str) -> Error {
+    Error::invalid(format!("store callback {what} is NULL"))
+}
+
+unsafe extern "C" fn collect(sink: *mut c_void, value: *const u8, len: usize) {
+    // SAFETY: `sink` is the &mut Vec<u8> passed by try_get below; `value` has `len` bytes.
+    unsafe {
+        let out = &mut *(sink as *mut Vec<u8>);
+        if !value.is_null() {
+            out.extend_from_slice(std::slice::from_raw_parts(value, len));
+        }
+    }
+}
+
+impl Store for CallbackStore {
+    fn set(&self, k: &str, value: &[u8]) -> symmwin::Result<()> {
+        let f = self.0.set.ok_or_else(|| missing("set"))?;
+        let ck = key(k)?;
+        // SAFETY: the callback contract of SymmwinStore; the key and value outlive the call.
+        match unsafe { f(self.0.ctx, ck.as_ptr(), value.as_ptr(), value.len()) } {
+            0 => Ok(()),
+            _ => Err(failed("set", k)),
+        }
+    }
+
+    fn try_get(&self, k: &str) -> symmwin::Result<Option<Vec<u8>>> {
+        let f = self.0.try_get.ok_or_else(|| missing("try_get"))?;
+        let ck = key(k)?;
+        let mut value = Vec::new();
+        // SAFETY: as for set; `collect` appends to `value`, which outlives the call.
+        let rc = unsafe {
+            f(
+                self.0.ctx,
+                ck.as_ptr(),
+                collect,
+                &mut value as *mut Vec<u8> as *mut c_void,
+            )
+        };
+        match rc {
+            1 => Ok(Some(value)),
+            0 => Ok(None),
+            _ => Err(failed("get", k)),
+        }
+    }
+
+    fn add(&self, k: &str, delta: i64) -> symmwin::Result<i64> {
+        let f = self.0.add.ok_or_else(|| missing("add"))?;
+        let ck = key(k)?;
+        let mut out = 0i64;
+        // SAFETY: as for set; `out` outlives the call.
+        match unsafe { f(self.0.ctx, ck.as_ptr(), delta, &mut out) } {
+            0 => Ok(out),
+            _ => Err(failed("add", k)),
+        }
+    }
+
+    fn delete(&self, k: &str) -> symmwin::Result<()> {
+        let f = self.0.remove.ok_or_else(|| missing("remove"))?;
+        let ck = key(k)?;
+        // SAFETY: as for set.
+        match unsafe { f(self.0.ctx, ck.as_ptr()) } {
+            0 => Ok(()),
+            _ => Err(failed("delete", k)),
+        }
+    }
+}
