@@ -251,6 +251,17 @@ impl Window {
             .map_err(|e| e.at_rank(self.rank()))
     }
 
+    /// Report a device-side signal timeout recorded since the last check (device
+    /// operations are asynchronous, so their timeouts surface here or at the next one).
+    pub fn check_errors(&self) -> Result<()> {
+        self.inner
+            .group
+            .provider
+            .signals()
+            .check_errors()
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
     /// Zero `len` bytes of this rank's slot at `offset` (complete on return).
     pub fn zero_own(&self, offset: usize, len: usize) -> Result<()> {
         if offset

@@ -132,7 +132,15 @@ pub struct PadView {
 /// Barrier and point-to-point signals over signal pads, with torch's protocol:
 /// the slot for (`channel`, `src`) in the receiver's pad is `channel * world + src`;
 /// put is a CAS 0 -> 1 with release, wait a CAS 1 -> 0 with acquire.
+///
+/// Host implementations wait before returning. Device implementations enqueue a
+/// kernel on `stream` and return; a device-side timeout is recorded and reported by
+/// the next operation of the same provider or by [`Signals::check_errors`].
 pub trait Signals: Send + Sync {
+    /// Report a timeout recorded by an earlier device-side operation, once.
+    fn check_errors(&self) -> Result<()> {
+        Ok(())
+    }
     /// Signal every peer on `channel`, then wait for every peer's signal.
     fn barrier(
         &self,
@@ -176,7 +184,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>>;
     /// Barrier and signal operations on this provider's memory.
     fn signals(&self) -> &dyn Signals;
-    /// Copy `len` bytes between mapped addresses, complete on return.
+    /// Copy `len` bytes between mapped addresses, complete on return. Not ordered
+    /// with any stream's work: the caller makes sure both ranges are idle.
     ///
     /// # Safety
     /// `src..src+len` and `dst..dst+len` must lie in live mappings of this provider.

@@ -52,6 +52,11 @@ impl FileStore {
             .count())
     }
 
+    /// True when no key is set.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.len().map(|n| n == 0)
+    }
+
     fn path(&self, key: &str) -> PathBuf {
         // Keys contain '/', so encode them into one flat, unambiguous file name.
         let mut name = String::with_capacity(1 + key.len() * 2);

@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{PadView, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
-const SIGNAL_PTX: &str = concat!(include_str!("../../../../../kernels/signal.ptx"), "\0");
+const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
 
 /// Wait used when a caller passes a zero timeout, unless changed with
 /// [`CudaSignals::set_default_timeout`].
@@ -176,6 +176,10 @@ impl CudaSignals {
 }
 
 impl Signals for CudaSignals {
+    fn check_errors(&self) -> Result<()> {
+        CudaSignals::check_errors(self)
+    }
+
     fn barrier(
         &self,
         pads: &PadView,
