@@ -136,6 +136,7 @@ fn demo(
         }
         // Nobody pushes before every rank has cleared its receive area.
         window.barrier(0, None, 0)?;
+        window.synchronize(0)?;
         let start = Instant::now();
         for step in 0..world {
             // Stagger destinations so ranks do not all hit the same peer at once.
@@ -195,6 +196,7 @@ fn bench_rendezvous(
         // One extra, untimed round warms up the pad pool and the driver.
         for i in 0..=iters {
             sync.barrier(0, None, 0)?;
+            sync.synchronize(0)?;
             let t0 = Instant::now();
             let alloc = Allocation::new(provider.clone(), size)?;
             let create_us = t0.elapsed().as_secs_f64() * 1e6;

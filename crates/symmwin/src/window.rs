@@ -262,6 +262,16 @@ impl Window {
             .map_err(|e| e.at_rank(self.rank()))
     }
 
+    /// Wait for the signal operations enqueued on `stream`, then report any timeout.
+    pub fn synchronize(&self, stream: StreamHandle) -> Result<()> {
+        self.inner
+            .group
+            .provider
+            .signals()
+            .synchronize(stream)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
     /// Zero `len` bytes of this rank's slot at `offset` (complete on return).
     pub fn zero_own(&self, offset: usize, len: usize) -> Result<()> {
         if offset

@@ -141,6 +141,11 @@ pub trait Signals: Send + Sync {
     fn check_errors(&self) -> Result<()> {
         Ok(())
     }
+    /// Wait until everything enqueued on `stream` has finished, then report any
+    /// device-side timeout (host implementations have nothing to wait for).
+    fn synchronize(&self, _stream: StreamHandle) -> Result<()> {
+        self.check_errors()
+    }
     /// Signal every peer on `channel`, then wait for every peer's signal.
     fn barrier(
         &self,

@@ -180,6 +180,15 @@ impl Signals for CudaSignals {
         CudaSignals::check_errors(self)
     }
 
+    fn synchronize(&self, stream: StreamHandle) -> Result<()> {
+        {
+            let _guard = self.ctx.enter().phase(Phase::Signal)?;
+            // SAFETY: the stream is the caller's, live on this device (0: legacy default).
+            unsafe { driver::stream_synchronize(stream as sys::CUstream) }.phase(Phase::Signal)?;
+        }
+        self.check_errors()
+    }
+
     fn barrier(
         &self,
         pads: &PadView,

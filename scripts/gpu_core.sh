@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Core checks on the GPU machine (see docs/gpu.md): probe, the verified all-to-all demo
+# at world 2 (one rank per GPU), 4 and 8 (several ranks per GPU), the rendezvous
+# benchmark, and a device-memory leak check around the world-8 run.
+# Usage: scripts/gpu_core.sh BIN_DIR OUT_DIR   (BIN_DIR holds a prebuilt `symmwin`)
+set -uo pipefail
+bin="$1"; out="$2"
+export PATH="$bin:$PATH" TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | paste -sd' '; }
+run() { echo "+ $*"; "$@"; echo "exit $?"; }
+run symmwin probe
+symmwin probe --json > "$out/probe.json"
+run symmwin demo --provider cuda --world 2 --size 64M --iters 20
+run symmwin demo --provider cuda --world 2 --size 16M --iters 20
+before=$(used)
+run symmwin demo --provider cuda --world 4 --size 4M --iters 5
+run symmwin demo --provider cuda --world 8 --size 1M --iters 5
+after=$(used)
+echo "device memory used (MiB) before world 4/8 demos: $before; after: $after"
+run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json "$out/bench_rendezvous_w2.json"
+run symmwin bench rendezvous --provider cuda --world 4,8 --sizes 2M,64M --iters 5
