@@ -54,11 +54,12 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         .join(",");
     let mut all = Vec::new();
     println!(
-        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
+        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
         "world",
         "size",
         "alloc+rdv ms med (range)",
         "create",
+        "export",
         "publish",
         "gather",
         "reserve",
@@ -123,13 +124,14 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 med(&move |s: &Value| s["phases"][name].as_f64().unwrap_or(f64::NAN))
             };
             println!(
-                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
+                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
                 w,
                 crate::human_size(size),
                 total / 1e3,
                 lo / 1e3,
                 hi / 1e3,
                 med(&|s: &Value| s["create_us"].as_f64().unwrap_or(f64::NAN)),
+                phase("export_us"),
                 phase("publish_us"),
                 phase("gather_us"),
                 phase("reserve_us"),

@@ -112,6 +112,11 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, String> {
             );
         }
     }
+    for (rank, d) in &results {
+        for f in d["failures"].as_array().into_iter().flatten().take(5) {
+            eprintln!("rank {rank}: {}", f.as_str().unwrap_or("?"));
+        }
+    }
     let verified = results.len() == args.world
         && results
             .iter()

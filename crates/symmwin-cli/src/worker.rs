@@ -128,6 +128,7 @@ fn demo(
     let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mut push_s = Vec::with_capacity(iters);
     let mut mismatched_bytes = 0usize;
+    let mut failures: Vec<String> = Vec::new();
     let mut received = vec![0u8; chunk];
     for iter in 0..iters {
         window.zero_own(recv_base, chunk * world)?;
@@ -147,16 +148,38 @@ fn demo(
                 chunk,
             )?;
         }
+        // Nobody reads before every rank's pushes have landed.
         window.barrier(0, None, 0)?;
+        window.synchronize(0)?;
         push_s.push(start.elapsed().as_secs_f64());
         for src in 0..world {
             window.read(rank, recv_base + src * chunk, &mut received)?;
             let expected = pattern(src, rank, iter, chunk);
-            mismatched_bytes += received
+            let bad = received
                 .iter()
                 .zip(&expected)
                 .filter(|(a, b)| a != b)
                 .count();
+            if bad > 0 {
+                mismatched_bytes += bad;
+                let first = received
+                    .iter()
+                    .zip(&expected)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                let stale = iter > 0 && received == pattern(src, rank, iter - 1, chunk);
+                let zeros = received.iter().all(|&b| b == 0);
+                failures.push(format!(
+                    "iter {iter} from rank {src}: {bad} bytes wrong, first at {first}{}",
+                    if zeros {
+                        " (all zero: never arrived)"
+                    } else if stale {
+                        " (previous round's data)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
         }
         progress(iter + 1, iters);
     }
@@ -172,6 +195,7 @@ fn demo(
         "gbps_min": leaving / sorted.last().copied().unwrap_or(f64::NAN) / 1e9,
         "gbps_max": leaving / sorted.first().copied().unwrap_or(f64::NAN) / 1e9,
         "mismatched_bytes": mismatched_bytes,
+        "failures": failures,
         "verified_bytes": chunk * world * iters,
         "handle_type": provider.info().handle_type.to_string(),
         "device": provider.info().device,

@@ -20,6 +20,8 @@ use request::{Request, PROTOCOL_VERSION};
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
+    /// Exporting a shareable handle to our memory.
+    pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
     /// Waiting for and validating every request.

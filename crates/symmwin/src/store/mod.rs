@@ -30,7 +30,9 @@ pub trait Store: Send + Sync {
 pub fn gather(store: &dyn Store, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
     let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
-    let mut pause = Duration::from_micros(20);
+    // Peers usually arrive within a millisecond; a short poll keeps that off the
+    // critical path, the cap keeps a long wait cheap.
+    let mut pause = Duration::from_micros(10);
     loop {
         for (value, key) in values.iter_mut().zip(keys) {
             if value.is_none() {
@@ -59,7 +61,7 @@ pub fn gather(store: &dyn Store, keys: &[String], timeout: Duration) -> Result<V
             ));
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(5));
+        pause = (pause * 2).min(Duration::from_micros(500));
     }
 }
 
