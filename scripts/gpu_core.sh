@@ -6,16 +6,17 @@
 set -uo pipefail
 bin="$1"; out="$2"
 export PATH="$bin:$PATH" TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | paste -sd' '; }
+# Device-wide free memory in MiB, per GPU (nvidia-smi shows no per-process use in containers).
+free_mib() { python3 -c "import torch; print(*[torch.cuda.mem_get_info(i)[0] >> 20 for i in range(torch.cuda.device_count())])"; }
 run() { echo "+ $*"; "$@"; echo "exit $?"; }
 run symmwin probe
 symmwin probe --json > "$out/probe.json"
 run symmwin demo --provider cuda --world 2 --size 64M --iters 20
 run symmwin demo --provider cuda --world 2 --size 16M --iters 20
-before=$(used)
-run symmwin demo --provider cuda --world 4 --size 4M --iters 5
-run symmwin demo --provider cuda --world 8 --size 1M --iters 5
-after=$(used)
-echo "device memory used (MiB) before world 4/8 demos: $before; after: $after"
+before=$(free_mib)
+run symmwin demo --provider cuda --world 4 --size 4M --iters 20
+run symmwin demo --provider cuda --world 8 --size 1M --iters 10
+after=$(free_mib)
+echo "free device memory (MiB) before the world 4/8 demos: $before; after: $after"
 run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json "$out/bench_rendezvous_w2.json"
 run symmwin bench rendezvous --provider cuda --world 4,8 --sizes 2M,64M --iters 5

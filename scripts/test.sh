@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh checkout: set-up, lint, Rust tests (unit,
+# multi-process on host memory, doc tests), the committed C header, the torch
+# backend built against the installed torch and its multi-process tests on host memory.
+# GPU tests run on a machine with GPUs (docs/gpu.md); here they are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+step() { printf '\n==> %s\n' "$*"; }
+
+step setup
+scripts/setup.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+step "C header matches the code"
+cbindgen --quiet --config crates/symmwin-capi/cbindgen.toml --crate symmwin-capi \
+  --output target/symmwin.h crates/symmwin-capi
+diff -u crates/symmwin-capi/include/symmwin.h target/symmwin.h
+
+step "cargo test"
+cargo test --workspace
+
+step "torch backend: build and install"
+cargo build --release -p symmwin-capi --quiet
+SYMMWIN_PREBUILT_LIB="$PWD/target/release/libsymmwin_capi.a" \
+  "$PY" -m pip install --quiet --no-build-isolation --no-deps .
+
+step "torch backend tests (host memory)"
+(cd /tmp && "$PY" -m pytest -q "$OLDPWD/tests/torch")
+
+step "demo on host memory"
+cargo run --release --quiet -p symmwin-cli -- demo --provider host --world 4 --size 1M --iters 3
