@@ -93,8 +93,8 @@ pub enum ErrorKind {
     /// A peer is gone (its socket refuses connections).
     #[error("peer is unreachable: {0}")]
     PeerLost(String),
-    /// A message on the socket failed authentication and was dropped.
-    #[error("rejected message: {0}")]
+    /// Something failed a security check (a socket directory, a received handle).
+    #[error("refused: {0}")]
     Rejected(String),
     /// A store value could not be decoded.
     #[error("corrupt store value for key {key}: {detail}")]

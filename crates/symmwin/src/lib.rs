@@ -55,3 +55,8 @@ pub use registry::Registry;
 pub use rendezvous::PhaseTimes;
 pub use store::{FileStore, MemoryStore, Store};
 pub use window::Window;
+
+/// The guide in `docs/rust.md`, compiled as doc tests so its examples stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rust.md")]
+pub struct RustGuide;

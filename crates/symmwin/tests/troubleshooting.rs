@@ -1,0 +1,155 @@
+//! Keeps docs/troubleshooting.md true: each quoted message is produced here for real
+//! and must appear on that page (after normalising times).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use symmwin::provider::cuda::CudaProvider;
+use symmwin::{
+    Allocation, Config, Group, GroupSpec, HandlePreference, HostProvider, MemoryStore, Provider,
+};
+
+fn page() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/troubleshooting.md"
+    ))
+    .unwrap()
+}
+
+/// `after 0.30021s waiting` and `after 300ms waiting` both become `after <t> waiting`.
+fn normalise(message: &str) -> String {
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(i) = rest.find("after ") {
+        out.push_str(&rest[..i + 6]);
+        rest = &rest[i + 6..];
+        let end = rest.find(' ').unwrap_or(rest.len());
+        if rest[..end]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+        {
+            out.push_str("<t>");
+            rest = &rest[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn assert_quoted(message: &str) {
+    let page = normalise(&page());
+    let message = normalise(message);
+    assert!(
+        page.lines().any(|l| l == message),
+        "docs/troubleshooting.md does not quote:\n{message}"
+    );
+}
+
+fn config(tag: &str) -> Config {
+    Config {
+        timeout: Duration::from_millis(300),
+        socket_dir: std::env::temp_dir().join(format!("symmwin-ts-{tag}-{}", std::process::id())),
+        ..Config::default()
+    }
+}
+
+/// Run `world` ranks as threads, each allocating `size(rank)`; rank `absent` never joins.
+fn threads(
+    world: usize,
+    absent: Option<usize>,
+    size: fn(usize) -> usize,
+    tag: &str,
+) -> Vec<String> {
+    let store = Arc::new(MemoryStore::new());
+    let ranks: Vec<_> = (0..world)
+        .filter(|&r| Some(r) != absent)
+        .map(|rank| {
+            let store = store.clone();
+            let config = config(tag);
+            std::thread::spawn(move || {
+                let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+                let group = Group::new(
+                    GroupSpec::new("ts", rank, world),
+                    store,
+                    provider.clone(),
+                    &config,
+                )
+                .unwrap();
+                let alloc = Allocation::new(provider, size(rank)).unwrap();
+                group.rendezvous(&alloc).unwrap_err().to_string()
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn no_driver() {
+    match CudaProvider::new(0, HandlePreference::Auto) {
+        Err(e)
+            if matches!(e.kind, symmwin::ErrorKind::NoDriver(_))
+                && !PathBuf::from("/dev/nvidiactl").exists() =>
+        {
+            assert_quoted(&e.to_string())
+        }
+        other => eprintln!(
+            "skipped: this machine has a CUDA driver ({:?})",
+            other.map(|p| p.device())
+        ),
+    }
+}
+
+#[test]
+fn fabric_not_permitted() {
+    match CudaProvider::new(0, HandlePreference::Fabric) {
+        Err(e) if e.to_string().contains("NOT_PERMITTED") => assert_quoted(&e.to_string()),
+        Err(e) => eprintln!("skipped: not the fabric-less GPU machine ({e})"),
+        Ok(_) => eprintln!("skipped: fabric handles work here"),
+    }
+}
+
+#[test]
+fn socket_directory_not_private() {
+    let open = PathBuf::from("/tmp/symmwin-troubleshooting/open");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = Config {
+        socket_dir: open,
+        ..Config::default()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+    let err = Group::new(
+        GroupSpec::new("ts", 0, 1),
+        Arc::new(MemoryStore::new()),
+        provider,
+        &config,
+    )
+    .unwrap_err();
+    assert_quoted(&err.to_string());
+}
+
+#[test]
+fn timeout_naming_a_rank() {
+    let errors = threads(3, Some(2), |_| 4096, "timeout");
+    assert_quoted(&errors[0]);
+    assert!(
+        errors[1].contains("waiting for rank(s) [2]"),
+        "{}",
+        errors[1]
+    );
+}
+
+#[test]
+fn size_mismatch() {
+    let errors = threads(3, None, |r| if r == 1 { 8192 } else { 4096 }, "mismatch");
+    assert_quoted(&errors[0]);
+    for e in &errors {
+        assert!(
+            e.contains("ranks disagree on size: 4096 on rank(s) [0, 2]; 8192 on rank(s) [1]"),
+            "{e}"
+        );
+    }
+}
