@@ -1,0 +1,551 @@
+// torch adapter for symmwin: a SymmetricMemoryAllocator / SymmetricMemory pair that
+// forwards to the C ABI (crates/symmwin-capi), and the `symmwin._C` module.
+//
+// Compiled against the installed torch only (its SymmetricMemory interface changes
+// every minor release). No CUDA header is included, so the same source builds on
+// machines without a CUDA toolkit; the current CUDA stream comes through c10's
+// device-generic stream interface instead.
+
+#include <symmwin.h>
+
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/symm_mem/SymmetricMemory.hpp>
+// Declares c10::intrusive_ptr as a pybind11 holder, so that torch's
+// `_SymmetricMemory` objects convert to the C++ handle.
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace py = pybind11;
+namespace sm = c10d::symmetric_memory;
+
+// torch's own default when no group is given (the world group's registered name).
+constexpr const char* kWorldGroup = "0";
+
+// A c10d store failure seen by a callback. The Rust error names only the key; the
+// c10d exception (a socket timeout, a dead server) is the useful half, so the next
+// failing call appends it.
+std::mutex store_error_mutex;
+std::string store_error;
+
+void clear_store_error() {
+  std::lock_guard<std::mutex> lock(store_error_mutex);
+  store_error.clear();
+}
+
+std::string take_store_error() {
+  std::lock_guard<std::mutex> lock(store_error_mutex);
+  std::string e;
+  e.swap(store_error);
+  return e.empty() ? e : " (c10d store: " + e + ")";
+}
+
+// Every failure becomes a c10::Error (a RuntimeError in Python) carrying the
+// core's message, which already starts with "symmwin".
+void check(SymmwinStatus status) {
+  if (status == SYMMWIN_OK) {
+    return;
+  }
+  const std::string message = symmwin_last_error();
+  TORCH_CHECK(
+      false,
+      message.empty() ? "symmwin: call failed with status " +
+              std::to_string(static_cast<int>(status))
+                      : message,
+      take_store_error());
+}
+
+// ---------------------------------------------------------------------------
+// SymmwinStore over a c10d::Store. Rust may call these from any thread; no C++
+// exception may unwind into it.
+
+struct StoreRef {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+c10d::Store& store_of(void* ctx) {
+  return *static_cast<StoreRef*>(ctx)->store;
+}
+
+template <typename F>
+int guarded(const char* op, const char* key, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    std::lock_guard<std::mutex> lock(store_error_mutex);
+    store_error = std::string(op) + "(" + key + "): " + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(store_error_mutex);
+    store_error = std::string(op) + "(" + key + "): " + e.what();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(store_error_mutex);
+    store_error = std::string(op) + "(" + key + "): unknown exception";
+  }
+  return -1;
+}
+
+int store_set(void* ctx, const char* key, const uint8_t* value, size_t len) {
+  return guarded("set", key, [&] {
+    store_of(ctx).set(key, std::vector<uint8_t>(value, value + len));
+    return 0;
+  });
+}
+
+int store_try_get(
+    void* ctx,
+    const char* key,
+    SymmwinSink sink,
+    void* sink_ctx) {
+  return guarded("get", key, [&] {
+    auto& store = store_of(ctx);
+    // check() does not block; get() alone would wait for the key up to the
+    // store timeout, and the core polls with its own deadline.
+    if (!store.check({key})) {
+      return 0;
+    }
+    auto value = store.get(key);
+    sink(sink_ctx, value.data(), value.size());
+    return 1;
+  });
+}
+
+int store_add(void* ctx, const char* key, int64_t delta, int64_t* out) {
+  return guarded("add", key, [&] {
+    *out = store_of(ctx).add(key, delta);
+    return 0;
+  });
+}
+
+int store_remove(void* ctx, const char* key) {
+  try {
+    store_of(ctx).deleteKey(key);
+    return 0;
+  } catch (...) {
+    // Not recorded as the store error: deleting is cleanup, the core only warns,
+    // and some stores (FileStore) cannot delete at all.
+    return -1;
+  }
+}
+
+void store_release(void* ctx) {
+  // Dropping a c10d store reference does not throw in practice; if it ever did, it
+  // must still not cross into Rust.
+  try {
+    delete static_cast<StoreRef*>(ctx);
+  } catch (...) {
+  }
+}
+
+SymmwinStore make_store(c10::intrusive_ptr<c10d::Store> store) {
+  SymmwinStore s{};
+  s.ctx = new StoreRef{std::move(store)};
+  s.set = store_set;
+  s.try_get = store_try_get;
+  s.add = store_add;
+  s.remove = store_remove;
+  s.release = store_release;
+  return s;
+}
+
+// Global rank of each group rank. torch keeps them only in the backend options
+// (`global_ranks_in_group`, set by distributed_c10d for gloo and NCCL groups; empty
+// for the default group, where they are the identity). Empty means identity.
+std::vector<int> global_ranks_of(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  std::vector<uint64_t> ranks;
+  try {
+    ranks = pg->getDefaultBackend()->getBackendOptions()->global_ranks_in_group;
+  } catch (const std::exception&) {
+    TORCH_WARN_ONCE(
+        "symmwin: the backend of group ",
+        pg->getGroupName(),
+        " does not report its global ranks; assuming group rank == global rank");
+    return {};
+  }
+  if (ranks.size() != static_cast<size_t>(pg->getSize())) {
+    return {};
+  }
+  return std::vector<int>(ranks.begin(), ranks.end());
+}
+
+void ensure_group(const std::string& name, int device) {
+  if (symmwin_group_exists(name.c_str(), device)) {
+    return;
+  }
+  auto pg = c10d::resolve_process_group(name);
+  auto globals = global_ranks_of(pg);
+  clear_store_error();
+  check(symmwin_group_init(
+      name.c_str(),
+      device,
+      pg->getRank(),
+      pg->getSize(),
+      globals.empty() ? nullptr : globals.data(),
+      make_store(pg->getStore())));
+}
+
+void* cuda_stream(c10::Device device) {
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+      ->getStream(device)
+      .native_handle();
+}
+
+// ---------------------------------------------------------------------------
+
+struct WindowRelease {
+  void operator()(SymmwinWindow* w) const {
+    // At interpreter exit torch's registries are torn down in no fixed order
+    // relative to ours; the process is ending, so leave the mapping alone.
+    if (!sm::is_finalizing()) {
+      symmwin_window_release(w);
+    }
+  }
+};
+
+class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
+ public:
+  explicit SymmwinSymmetricMemory(SymmwinWindow* window)
+      : window_(window), device_(c10::DeviceType::CPU) {
+    check(symmwin_window_info(window_.get(), &info_));
+    if (info_.device >= 0) {
+      device_ = c10::Device(
+          c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(info_.device));
+    }
+    buffers_.reserve(info_.world);
+    pads_.reserve(info_.world);
+    for (int r = 0; r < info_.world; ++r) {
+      buffers_.push_back(reinterpret_cast<void*>(info_.base + r * info_.stride));
+      void* pad = nullptr;
+      check(symmwin_window_pad_ptr(window_.get(), r, &pad));
+      pads_.push_back(pad);
+    }
+    global_ranks_.resize(info_.world);
+    check(symmwin_window_global_ranks(
+        window_.get(), global_ranks_.data(), global_ranks_.size()));
+  }
+
+  const SymmwinWindowInfo& info() const {
+    return info_;
+  }
+
+  std::vector<void*> get_buffer_ptrs() override {
+    return buffers_;
+  }
+
+  std::vector<void*> get_signal_pad_ptrs() override {
+    return pads_;
+  }
+
+  void** get_buffer_ptrs_dev() override {
+    return static_cast<void**>(table(SYMMWIN_BUFFER_PTRS));
+  }
+
+  void** get_signal_pad_ptrs_dev() override {
+    return static_cast<void**>(table(SYMMWIN_PAD_PTRS));
+  }
+
+  size_t get_buffer_size() override {
+    return info_.size;
+  }
+
+  size_t get_offset() override {
+    return info_.offset;
+  }
+
+  bool has_multicast_support() override {
+    return false;
+  }
+
+  void* get_multicast_ptr() override {
+    return nullptr;
+  }
+
+  void barrier(int channel, size_t timeout_ms) override {
+    check(symmwin_window_barrier(window_.get(), channel, timeout_ms, stream()));
+  }
+
+  void put_signal(int dst_rank, int channel, size_t timeout_ms) override {
+    check(symmwin_window_put_signal(
+        window_.get(), dst_rank, channel, timeout_ms, stream()));
+  }
+
+  void wait_signal(int src_rank, int channel, size_t timeout_ms) override {
+    check(symmwin_window_wait_signal(
+        window_.get(), src_rank, channel, timeout_ms, stream()));
+  }
+
+  int get_rank() override {
+    return info_.rank;
+  }
+
+  int get_world_size() override {
+    return info_.world;
+  }
+
+  c10::Device get_device() override {
+    return device_;
+  }
+
+  const std::vector<int>& get_rank_to_global_rank() override {
+    return global_ranks_;
+  }
+
+  int* get_rank_to_global_rank_dev() override {
+    return static_cast<int*>(table(SYMMWIN_GLOBAL_RANKS));
+  }
+
+  bool world_within_direct_access() override {
+    // A window exists only once every peer's memory is mapped here.
+    return true;
+  }
+
+ private:
+  void* table(SymmwinTable which) {
+    void* ptr = nullptr;
+    check(symmwin_window_table_dev(window_.get(), which, &ptr));
+    return ptr;
+  }
+
+  void* stream() {
+    return device_.is_cuda() ? cuda_stream(device_) : nullptr;
+  }
+
+  std::unique_ptr<SymmwinWindow, WindowRelease> window_;
+  SymmwinWindowInfo info_{};
+  c10::Device device_;
+  std::vector<void*> buffers_;
+  std::vector<void*> pads_;
+  std::vector<int> global_ranks_;
+};
+
+// ---------------------------------------------------------------------------
+
+class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
+ public:
+  SymmwinAllocator(c10::DeviceType type, std::string name)
+      : type_(type), name_(std::move(name)) {}
+
+  void* alloc(
+      size_t size,
+      int device_idx,
+      const std::optional<std::string>& group_name) override {
+    const int device = symmwin_device(device_idx);
+    void* ptr = nullptr;
+    check(symmwin_alloc(device, size, &ptr));
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations_[reinterpret_cast<uintptr_t>(ptr)] = {size, device, group_name};
+    return ptr;
+  }
+
+  void free(void* ptr) override {
+    // torch's registry may outlive the core's state at exit.
+    if (sm::is_finalizing()) {
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    // Called from tensor deleters, which must not throw.
+    if (symmwin_free(ptr) != SYMMWIN_OK) {
+      TORCH_WARN("symmwin: free failed: ", symmwin_last_error());
+    }
+  }
+
+  size_t get_alloc_size(void* ptr) override {
+    size_t size = 0;
+    const auto status = symmwin_alloc_size(ptr, &size);
+    TORCH_CHECK(
+        status != SYMMWIN_NOT_FOUND,
+        "symmwin: ",
+        ptr,
+        " is not a symmwin allocation");
+    check(status);
+    return size;
+  }
+
+  c10::intrusive_ptr<sm::SymmetricMemory> rendezvous(
+      void* ptr,
+      const std::optional<std::string>& group_name) override {
+    auto found = find(ptr);
+    if (!found) {
+      return nullptr; // Not ours: torch treats a null handle as "not symmetric".
+    }
+    // torch passes no group when the tensor was allocated for one
+    // (empty_strided_p2p(group_name=...) then rendezvous(tensor)).
+    const std::string group =
+        group_name.value_or(found->group.value_or(kWorldGroup));
+    ensure_group(group, found->device);
+    SymmwinWindow* window = nullptr;
+    clear_store_error();
+    const auto status = symmwin_rendezvous(
+        ptr, group.c_str(), found->device, sm::get_signal_pad_size(), &window);
+    if (status == SYMMWIN_NOT_FOUND) {
+      return nullptr;
+    }
+    check(status);
+    return c10::make_intrusive<SymmwinSymmetricMemory>(window);
+  }
+
+  bool has_multicast_support(int /*device_idx*/) override {
+    return false;
+  }
+
+  c10::DeviceType supported_device_type() override {
+    return type_;
+  }
+
+  std::string name() override {
+    return name_;
+  }
+
+ private:
+  struct Allocation {
+    size_t size;
+    int device;
+    std::optional<std::string> group;
+  };
+
+  int symmwin_device(int device_idx) const {
+    if (type_ == c10::DeviceType::CPU) {
+      return -1;
+    }
+    if (device_idx >= 0) {
+      return device_idx;
+    }
+    // device="cuda" without an index means the current device, as for torch.empty.
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+        ->getDevice()
+        .index();
+  }
+
+  // The allocation covering `ptr` (torch's MemPool hands out interior pointers).
+  // Kept here because rendezvous needs the allocation's device and group before
+  // it can reach the core.
+  std::optional<Allocation> find(void* ptr) {
+    const auto p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = allocations_.upper_bound(p);
+    if (it == allocations_.begin()) {
+      return std::nullopt;
+    }
+    --it;
+    if (p - it->first >= std::max<size_t>(it->second.size, 1)) {
+      return std::nullopt;
+    }
+    return it->second;
+  }
+
+  const c10::DeviceType type_;
+  const std::string name_;
+  std::mutex mutex_;
+  std::map<uintptr_t, Allocation> allocations_;
+};
+
+// ---------------------------------------------------------------------------
+
+void register_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Immortal: torch's allocator registry is destroyed after this module's
+    // statics, and windows may still call into their allocator until then. The
+    // leaked reference keeps each object alive for the whole process.
+    auto* cuda = c10::make_intrusive<SymmwinAllocator>(
+                     c10::DeviceType::CUDA, "SYMMWIN")
+                     .release();
+    auto* host = c10::make_intrusive<SymmwinAllocator>(
+                     c10::DeviceType::CPU, "SYMMWIN_HOST")
+                     .release();
+    sm::register_availability(
+        "SYMMWIN", c10::intrusive_ptr<SymmwinAllocator>::reclaim_copy(cuda));
+    sm::register_availability(
+        "SYMMWIN_HOST", c10::intrusive_ptr<SymmwinAllocator>::reclaim_copy(host));
+  });
+}
+
+py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+  TORCH_CHECK(handle, "flat_layout: handle is None");
+  const auto ptrs = handle->get_buffer_ptrs();
+  const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
+  uintptr_t stride = 0;
+  if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+    stride = ours->info().stride;
+  } else if (ptrs.size() > 1) {
+    stride = reinterpret_cast<uintptr_t>(ptrs[1]) - base;
+  }
+  for (size_t r = 0; r < ptrs.size(); ++r) {
+    if (reinterpret_cast<uintptr_t>(ptrs[r]) != base + r * stride) {
+      throw py::value_error(
+          "flat_layout: buffer pointers are not evenly spaced (rank " +
+          std::to_string(r) + " is at " +
+          std::to_string(reinterpret_cast<uintptr_t>(ptrs[r])) + ", expected " +
+          std::to_string(base + r * stride) + ")");
+    }
+  }
+  return py::make_tuple(base, stride);
+}
+
+std::string handle_type(int device) {
+  char buf[64];
+  check(symmwin_handle_type(device, buf, sizeof(buf)));
+  return buf;
+}
+
+std::string probe() {
+  std::string json(4096, '\0');
+  size_t needed = 0;
+  auto status = symmwin_probe_json(json.data(), json.size(), &needed);
+  if (status != SYMMWIN_OK && needed > json.size()) {
+    json.resize(needed);
+    status = symmwin_probe_json(json.data(), json.size(), &needed);
+  }
+  check(status);
+  json.resize(needed - 1);
+  return json;
+}
+
+} // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
+  m.def(
+      "register",
+      &register_backends,
+      "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
+  m.def(
+      "flat_layout",
+      &flat_layout,
+      py::arg("handle"),
+      "(base, stride) with buffer_ptrs[r] == base + r * stride.");
+  m.def(
+      "rank_to_global",
+      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+        TORCH_CHECK(handle, "rank_to_global: handle is None");
+        return handle->get_rank_to_global_rank();
+      },
+      py::arg("handle"),
+      "Global rank of every group rank of a handle.");
+  m.def(
+      "handle_type",
+      &handle_type,
+      py::arg("device"),
+      "Memory handle type used on `device` (-1: host).");
+  m.def("probe", &probe, "JSON description of this machine.");
+  m.def(
+      "allocation_count",
+      &symmwin_allocation_count,
+      "Number of live symmwin allocations in this process.");
+}

@@ -1,0 +1,113 @@
+"""Run a scenario of scenarios.py in `world` fresh processes and collect the results.
+
+Each rank is a separate interpreter (subprocess, not fork) so that every test starts
+from torch's pristine backend registry: `set_backend` only works before first use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+WORKER = HERE / "worker.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a rank runs in."""
+    env = dict(os.environ)
+    # An in-place build (setup.py build_ext --inplace) lives in python/symmwin; use it
+    # when present, otherwise whatever `pip install` put on the path.
+    if any((ROOT / "python" / "symmwin").glob("_C*.so")):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
+    # Fail fast instead of waiting the default minute for a missing peer.
+    env.setdefault("SYMMWIN_TIMEOUT_MS", "15000")
+    env.update(extra or {})
+    return env
+
+
+class WorldFailed(AssertionError):
+    pass
+
+
+def run_world(
+    world: int,
+    scenario: str,
+    *,
+    device: str = "cpu",
+    args: dict | None = None,
+    timeout: float = 90.0,
+    env: dict[str, str] | None = None,
+) -> list:
+    """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
+
+    `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
+    rank). Raises WorldFailed with every rank's error and output if any rank raised,
+    exited non-zero or ran past `timeout`.
+    """
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp:
+        tmp = Path(tmp)
+        procs, logs = [], []
+        for rank in range(world):
+            log = open(tmp / f"{rank}.log", "w+")
+            logs.append(log)
+            cmd = [
+                sys.executable,
+                str(WORKER),
+                scenario,
+                str(rank),
+                str(world),
+                str(port),
+                device,
+                str(tmp / f"{rank}.json"),
+                json.dumps(args or {}),
+            ]
+            procs.append(subprocess.Popen(cmd, env=worker_env(env), stdout=log, stderr=subprocess.STDOUT))
+
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                break
+        if timed_out:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+        values, problems = [], []
+        for rank, (p, log) in enumerate(zip(procs, logs)):
+            log.seek(0)
+            output = log.read()
+            log.close()
+            result_file = tmp / f"{rank}.json"
+            result = json.loads(result_file.read_text()) if result_file.exists() else None
+            if result is not None and result["ok"]:
+                values.append(result["value"])
+            else:
+                values.append(None)
+            if result is None or not result["ok"] or p.returncode != 0:
+                what = result["error"] if result and not result["ok"] else "no result"
+                problems.append(f"--- rank {rank}: exit {p.returncode}\n{what}\n--- output:\n{output[-4000:]}")
+        if timed_out or problems:
+            head = f"scenario {scenario} (world {world}, {device})"
+            head += f" timed out after {timeout:.0f}s" if timed_out else " failed"
+            raise WorldFailed(head + "\n" + "\n".join(problems))
+        return values

@@ -1,0 +1,368 @@
+"""Scenarios run inside each rank by worker.py. Each takes a worker.Ctx and returns
+something JSON-serialisable for the test to assert on; checks that only make sense
+inside the rank are asserted here (a failure travels back as a traceback).
+
+Device-generic unless named gpu_*: ctx.device is "cpu" (SYMMWIN_HOST) or "cuda:<rank>"
+(SYMMWIN)."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch._C._distributed_c10d import _SymmetricMemory
+
+import symmwin
+
+
+def _p2p(ctx, numel: int, dtype=torch.float32, group_name=None, alloc_id=None) -> torch.Tensor:
+    """A symmetric tensor straight from the allocator (no MemPool in between, so a
+    `del` reaches the allocator's free)."""
+    return _SymmetricMemory.empty_strided_p2p(
+        (numel,), (1,), dtype, torch.device(ctx.device), group_name, alloc_id
+    )
+
+
+def _raises(fn, *args, **kwargs) -> str:
+    try:
+        fn(*args, **kwargs)
+    except RuntimeError as e:
+        return str(e)
+    raise AssertionError(f"{getattr(fn, '__name__', fn)}{args} did not raise")
+
+
+def _values(t: torch.Tensor) -> list:
+    return t.cpu().tolist()
+
+
+# ---------------------------------------------------------------------------
+
+
+def basic(ctx):
+    """Allocate, rendezvous on the world group, exchange data, check the layout."""
+    n = 256
+    t = symm_mem.empty(n, dtype=torch.float32, device=ctx.device)
+    zero_filled = bool((t == 0).all())
+    t.fill_(ctx.rank + 1)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    hdl.barrier()
+    seen = [_values(hdl.get_buffer(peer, (n,), torch.float32))[:: n // 4] for peer in range(ctx.world)]
+
+    # Write into every peer's buffer at our own index, then read what peers wrote.
+    for peer in range(ctx.world):
+        hdl.get_buffer(peer, (n,), torch.float32)[ctx.rank] = 100 + ctx.rank
+    hdl.barrier(channel=1)
+    written = _values(t[: ctx.world])
+
+    ptrs = hdl.buffer_ptrs
+    base, stride = symmwin.flat_layout(hdl)
+    pad = hdl.get_signal_pad(ctx.rank, (symm_mem.get_signal_pad_size() // 4,), torch.int32)
+    ctx.sync()
+    return {
+        "zero_filled": zero_filled,
+        "seen": seen,
+        "written": written,
+        "rank": hdl.rank,
+        "world_size": hdl.world_size,
+        "device": str(hdl.device),
+        "buffer_size": hdl.buffer_size,
+        "flat": all(p == base + r * stride for r, p in enumerate(ptrs)) and stride > 0,
+        "pad_zero_at_rest": bool((pad == 0).all()),
+        "rank_to_global": symmwin.rank_to_global(hdl),
+        "plain_tensor": repr(symm_mem.rendezvous(torch.zeros(4, device=ctx.device), dist.group.WORLD)),
+    }
+
+
+def signals(ctx):
+    """put_signal / wait_signal in a ring, barriers on several channels, and a wait
+    that times out."""
+    t = symm_mem.empty(64, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    for channel in (0, 3, 5):
+        hdl.put_signal(nxt, channel=channel)
+        hdl.wait_signal(prv, channel=channel)
+    for channel in range(4):
+        hdl.barrier(channel=channel, timeout_ms=10000)
+    ctx.sync()
+
+    # Nobody signals channel 7; every rank waits on its previous rank and times out.
+    # A device-side timeout is asynchronous and surfaces at the next launch.
+    def timed_wait():
+        hdl.wait_signal(prv, channel=7, timeout_ms=300)
+        ctx.sync()
+        hdl.barrier(channel=1)
+
+    timeout_message = _raises(timed_wait)
+    # The window keeps working afterwards.
+    hdl.barrier(channel=2)
+    ctx.sync()
+    return {"timeout_message": timeout_message, "peer": prv}
+
+
+def bad_input(ctx):
+    """Out-of-range ranks and channels, and ranks that disagree on the size, are
+    errors (RuntimeError on every rank), never crashes or hangs."""
+    t = symm_mem.empty(64, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    errors = {
+        "put_rank": _raises(hdl.put_signal, ctx.world),
+        "wait_rank": _raises(hdl.wait_signal, -1),
+        "put_channel": _raises(hdl.put_signal, 0, channel=1 << 20),
+        "barrier_channel": _raises(hdl.barrier, channel=-1),
+        "get_buffer_rank": _raises(hdl.get_buffer, ctx.world, (4,), torch.float32),
+        "get_buffer_size": _raises(hdl.get_buffer, 0, (1 << 20,), torch.float32),
+    }
+    hdl.barrier()
+    ctx.sync()
+
+    odd = _p2p(ctx, 64 * (ctx.rank + 1))
+    errors["size_mismatch"] = _raises(symm_mem.rendezvous, odd, dist.group.WORLD)
+    # A failed rendezvous leaves the group usable.
+    again = _p2p(ctx, 64)
+    again.fill_(ctx.rank)
+    hdl2 = symm_mem.rendezvous(again, dist.group.WORLD)
+    hdl2.barrier()
+    after = [_values(hdl2.get_buffer(p, (1,), torch.float32))[0] for p in range(ctx.world)]
+    ctx.sync()
+    return {"errors": errors, "after": after}
+
+
+def subgroups(ctx):
+    """The same tensor on the world group and on a subgroup ({0,2} / {1,3})."""
+    evens = dist.new_group([0, 2])
+    odds = dist.new_group([1, 3])
+    sub = evens if ctx.rank % 2 == 0 else odds
+
+    n = 32
+    t = symm_mem.empty(n, device=ctx.device)
+    t.fill_(ctx.rank)
+    world_hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    sub_hdl = symm_mem.rendezvous(t, sub)
+    world_hdl.barrier()
+    sub_hdl.barrier()
+    partner = 1 - sub_hdl.rank
+    from_partner = _values(sub_hdl.get_buffer(partner, (n,), torch.float32))[0]
+    from_world = [_values(world_hdl.get_buffer(p, (1,), torch.float32))[0] for p in range(ctx.world)]
+
+    # Allocated for the subgroup, rendezvoused with no group: torch's fused ops do
+    # this (get_symm_mem_workspace), and the allocation's group must be used.
+    ws = _p2p(ctx, 16, group_name=sub.group_name)
+    ws_hdl = _SymmetricMemory.rendezvous(ws)
+    ws_hdl.barrier()
+    ctx.sync()
+    return {
+        "world": [world_hdl.rank, world_hdl.world_size, symmwin.rank_to_global(world_hdl)],
+        "sub": [sub_hdl.rank, sub_hdl.world_size, symmwin.rank_to_global(sub_hdl)],
+        "workspace": [ws_hdl.rank, ws_hdl.world_size, symmwin.rank_to_global(ws_hdl)],
+        "from_partner": from_partner,
+        "from_world": from_world,
+    }
+
+
+def persistent(ctx):
+    """empty_strided_p2p with alloc_id: the same address while not in use, refused
+    while in use; a rendezvous without group uses the world group."""
+    a = _p2p(ctx, 128, alloc_id=7)
+    ptr = a.data_ptr()
+    hdl = _SymmetricMemory.rendezvous(a)
+    a.fill_(ctx.rank + 1)
+    hdl.barrier()
+    peer = (ctx.rank + 1) % ctx.world
+    peer_value = _values(hdl.get_buffer(peer, (1,), torch.float32))[0]
+    in_use = _raises(_p2p, ctx, 128, alloc_id=7)
+    del a
+    b = _p2p(ctx, 128, alloc_id=7)
+    hdl.barrier()
+    ctx.sync()
+    return {
+        "same_address": b.data_ptr() == ptr,
+        "in_use_error": in_use,
+        "world_size": hdl.world_size,
+        "peer_value": peer_value,
+    }
+
+
+def teardown(ctx):
+    """Tensors and handles freed in a different order on every rank: nothing leaks,
+    a handle outlives its tensor, and the address space is reused safely."""
+    n = 1024
+    handles, tensors = [], []
+    for i in range(6):
+        t = _p2p(ctx, n)
+        t.fill_(ctx.rank * 10 + i)
+        tensors.append(t)
+        handles.append(symm_mem.rendezvous(t, dist.group.WORLD))
+    del t
+    handles[-1].barrier()
+    live = symmwin.allocation_count()
+
+    # Free in a rank-dependent order (as the garbage collector would).
+    order = list(range(6)) if ctx.rank % 2 == 0 else list(reversed(range(6)))
+    survivor = handles[order[0]]
+    del handles
+    for i in order:
+        tensors[i] = None
+    gc.collect()
+    after_free = symmwin.allocation_count()
+
+    # The handle still maps every peer's memory after the tensors are gone.
+    peer = (ctx.rank + 1) % ctx.world
+    kept = _values(survivor.get_buffer(peer, (1,), torch.float32))[0]
+    # Survivors differ per rank, so synchronise through the process group.
+    dist.barrier()
+    del survivor
+    gc.collect()
+
+    # Allocate and rendezvous again, many times, with rank-dependent lifetimes.
+    for round_ in range(10):
+        t = _p2p(ctx, n * (1 + round_ % 3))
+        t.fill_(round_)
+        h = symm_mem.rendezvous(t, dist.group.WORLD)
+        h.barrier()
+        assert _values(h.get_buffer(peer, (1,), torch.float32))[0] == round_
+        h.barrier(channel=1)
+        if ctx.rank % 2:
+            del h, t
+        else:
+            del t, h
+        gc.collect()
+    ctx.sync()
+    return {
+        "live": live,
+        "after_free": after_free,
+        "kept": kept,
+        "expected_kept": peer * 10 + order[0],
+        "final": symmwin.allocation_count(),
+    }
+
+
+def exit_with_live_handles(ctx):
+    """Leave tensors, handles and the process group for interpreter teardown."""
+    t = symm_mem.empty(4096, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    hdl.barrier()
+    t2 = _p2p(ctx, 64)
+    hdl2 = symm_mem.rendezvous(t2, dist.group.WORLD)
+    hdl2.put_signal((ctx.rank + 1) % ctx.world)
+    hdl2.wait_signal((ctx.rank - 1) % ctx.world)
+    ctx.keep.extend([t, hdl, t2, hdl2])
+    return True
+
+
+
+# ---------------------------------------------------------------------------
+# CUDA only: torch's symm_mem ops running on our memory.
+
+
+def _ramp(ctx, n, dtype, r):
+    # Small integers: exact in bf16 and in any summation order, so results can be
+    # compared bit for bit whatever kernel produced them.
+    return ((torch.arange(n, device=ctx.device) % 7) + r).to(dtype)
+
+
+def _seeded(shape, seed, dtype, device):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen).to(dtype).to(device)
+
+
+def gpu_ops(ctx):
+    """Every torch 2.11 symm_mem op we support, checked against the analytic result.
+
+    Returns {"checks": {op: "ok" | what went wrong}, "sums": {op: float}}; the sums let
+    the test compare against the same scenario on torch's own CUDA backend."""
+    dtype = getattr(torch, ctx.args["dtype"])
+    group = dist.group.WORLD.group_name
+    W, rank, dev = ctx.world, ctx.rank, ctx.device
+    n = 8192
+    ops = torch.ops.symm_mem
+    expected = sum(_ramp(ctx, n, dtype, r).float() for r in range(W)).to(dtype)
+    checks, sums = {}, {}
+
+    def record(name, got, want, exact=True, **tol):
+        sums[name] = float(got.float().abs().sum())
+        try:
+            if exact:
+                assert torch.equal(got, want), f"max diff {(got.float() - want.float()).abs().max()}"
+            else:
+                torch.testing.assert_close(got.float(), want.float(), **tol)
+            checks[name] = "ok"
+        except AssertionError as e:
+            checks[name] = str(e)[:500]
+
+    x = symm_mem.empty(n, dtype=dtype, device=dev)
+    x.copy_(_ramp(ctx, n, dtype, rank))
+    record("one_shot_all_reduce", ops.one_shot_all_reduce(x, "sum", group), expected)
+
+    out = torch.empty_like(x)
+    ops.one_shot_all_reduce_out(x, "sum", group, out)
+    record("one_shot_all_reduce_out", out, expected)
+
+    staging = symm_mem.empty(n, dtype=dtype, device=dev)
+    local = _ramp(ctx, n, dtype, rank)
+    record("one_shot_all_reduce_copy", ops.one_shot_all_reduce_copy(staging, local, "sum", group), expected)
+
+    y = symm_mem.empty(n, dtype=dtype, device=dev)
+    y.copy_(_ramp(ctx, n, dtype, rank))
+    ops.two_shot_all_reduce_(y, "sum", group)
+    record("two_shot_all_reduce_", y, expected)
+
+    z = symm_mem.empty(n, dtype=dtype, device=dev)
+    z.copy_(_ramp(ctx, n, dtype, rank))
+    out2 = torch.empty_like(z)
+    ops.two_shot_all_reduce_out(z, "sum", group, out2)
+    record("two_shot_all_reduce_out", out2, expected)
+
+    rs_in = symm_mem.empty(n, dtype=dtype, device=dev)
+    rs_in.copy_(_ramp(ctx, n, dtype, rank))
+    rs_out = torch.empty(n // W, dtype=dtype, device=dev)
+    ops.reduce_scatter_out(rs_in, group, False, rs_out)
+    record("reduce_scatter_out", rs_out, expected.chunk(W)[rank])
+
+    # Remote tensors, and driver memory operations on a peer's memory through our
+    # mapping.
+    flags = symm_mem.empty(4 * W, dtype=torch.uint32, device=dev)
+    hdl = symm_mem.rendezvous(flags, group)
+    peer = (rank + 1) % W
+    remote = hdl.get_remote_tensor(peer, (4 * W,), torch.uint32)
+    ops.stream_write_value32_(remote, rank, rank + 1)
+    ops.memset32_(remote, W + 2 * rank, 100 + rank, 2)
+    hdl.barrier()
+    src = (rank - 1) % W
+    want = torch.zeros(4 * W, dtype=torch.int32)
+    want[src] = src + 1
+    want[W + 2 * src : W + 2 * src + 2] = 100 + src
+    record("stream_write_value32_+memset32_", flags.view(torch.int32).cpu(), want)
+
+    data = symm_mem.empty(n, dtype=dtype, device=dev)
+    data.copy_(_ramp(ctx, n, dtype, rank))
+    data_hdl = symm_mem.rendezvous(data, group)
+    data_hdl.barrier()
+    record("get_remote_tensor", data_hdl.get_remote_tensor(peer, (n,), dtype), _ramp(ctx, n, dtype, peer))
+    data_hdl.barrier()
+
+    pool = symm_mem.get_mem_pool(dev)
+    with torch.cuda.use_mem_pool(pool):
+        pooled = torch.empty(n, dtype=dtype, device=dev)
+    pooled.copy_(_ramp(ctx, n, dtype, rank))
+    record("mem_pool+one_shot_all_reduce", ops.one_shot_all_reduce(pooled, "sum", group), expected)
+
+    M, K, N = 128, 256, 64
+    tol = dict(rtol=2e-2, atol=1e-1) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-3)
+    B = _seeded((K, N), 1000, dtype, dev)
+    shard = _seeded((M, K), rank, dtype, dev)
+    A_full = torch.cat([_seeded((M, K), r, dtype, dev) for r in range(W)])
+    A_gathered, (AB,) = ops.fused_all_gather_matmul(shard, [B], 0, group)
+    record("fused_all_gather_matmul.A", A_gathered, A_full)
+    record("fused_all_gather_matmul", AB, A_full @ B, exact=False, **tol)
+
+    A = _seeded((M * W, K), 100 + rank, dtype, dev)
+    partials = sum((_seeded((M * W, K), 100 + r, dtype, dev) @ B).float() for r in range(W))
+    rs = ops.fused_matmul_reduce_scatter(A, B, "sum", 0, group)
+    rs_tol = dict(rtol=5e-2, atol=5e-1) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-3)
+    record("fused_matmul_reduce_scatter", rs, partials.chunk(W)[rank], exact=False, **rs_tol)
+
+    ctx.sync()
+    return {"checks": checks, "sums": sums}
