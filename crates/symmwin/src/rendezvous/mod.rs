@@ -20,8 +20,7 @@ use request::{Request, PROTOCOL_VERSION};
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
-    /// Waiting for the export of our handle, beyond the part hidden behind
-    /// publish, gather and reserve (export runs on a helper thread meanwhile).
+    /// Exporting a shareable handle to our memory.
     pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
@@ -215,20 +214,19 @@ impl Group {
             *slot += (now - clock).as_secs_f64() * 1e6;
             clock = now;
         };
-        let endpoint = &mut state.endpoint;
-        let result = std::thread::scope(|scope| {
-            // Exporting costs about a millisecond on CUDA (the driver creates an fd), so
-            // it runs while we publish, wait for the peers and map our own memory.
-            let exporting = scope.spawn(|| memory.export());
-            shared
-                .store
-                .set(&own_key, &request.encode())
-                .map_err(|e| Error {
-                    phase: Phase::Publish,
-                    ..e
-                })?;
-            lap(&mut times.publish_us);
+        // Export before publishing: a rank that cannot export must not make peers wait
+        // for a handle that will never come longer than the timeout.
+        let handle = memory.export()?;
+        shared
+            .store
+            .set(&own_key, &request.encode())
+            .map_err(|e| Error {
+                phase: Phase::Publish,
+                ..e
+            })?;
+        lap(&mut times.publish_us);
 
+        let result = (|| {
             let keys: Vec<String> = (0..shared.world)
                 .map(|r| shared.namespace.request(seq, r))
                 .collect();
@@ -271,14 +269,6 @@ impl Group {
             }
             lap(&mut times.reserve_us);
 
-            let handle = exporting.join().map_err(|_| {
-                Error::new(
-                    Phase::Export,
-                    ErrorKind::InvalidArgument("exporting the handle panicked".into()),
-                )
-            })??;
-            lap(&mut times.export_us);
-
             let round = Round {
                 group: shared.id,
                 seq,
@@ -286,7 +276,7 @@ impl Group {
                 peers: &peers,
                 size: stride as u64,
             };
-            let handles = endpoint.all_gather(&round, &handle, shared.timeout)?;
+            let handles = state.endpoint.all_gather(&round, &handle, shared.timeout)?;
             lap(&mut times.exchange_us);
 
             for (peer, handle) in handles.into_iter().enumerate() {
@@ -304,7 +294,7 @@ impl Group {
                 layout,
                 requests,
             })
-        });
+        })();
         // Every peer read our request before it sent us its handle, so after a success
         // the key (and those of earlier failures, which every peer has moved past) can go.
         if result.is_ok() {
