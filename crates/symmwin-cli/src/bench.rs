@@ -54,7 +54,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         .join(",");
     let mut all = Vec::new();
     println!(
-        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
+        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
         "world",
         "size",
         "alloc+rdv ms med (range)",
@@ -66,6 +66,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         "exch",
         "imp+map",
         "pads",
+        "other",
         "free"
     );
     for &w in &world {
@@ -124,7 +125,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 med(&move |s: &Value| s["phases"][name].as_f64().unwrap_or(f64::NAN))
             };
             println!(
-                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
+                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
                 w,
                 crate::human_size(size),
                 total / 1e3,
@@ -138,12 +139,16 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 phase("exchange_us"),
                 phase("import_map_us"),
                 phase("pads_us"),
+                med(&|s: &Value| {
+                    let phases: f64 = s["phases"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_f64()).sum();
+                    s["total_us"].as_f64().unwrap_or(f64::NAN) - s["create_us"].as_f64().unwrap_or(f64::NAN) - phases
+                }),
                 med(&|s: &Value| s["free_us"].as_f64().unwrap_or(f64::NAN)),
             );
         }
         all.push(serde_json::json!({"world": w, "ranks": outcomes.iter().map(|o| o.result.clone()).collect::<Vec<_>>()}));
     }
-    println!("(times in ms; median over all ranks and {iters} repeats, range in parentheses)");
+    println!("(times in ms; median over all ranks and {iters} repeats, range in parentheses; other = total - create - phases)");
     if let Some(path) = json {
         std::fs::write(
             &path,

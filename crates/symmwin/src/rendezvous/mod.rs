@@ -217,6 +217,7 @@ impl Group {
         // Export before publishing: a rank that cannot export must not make peers wait
         // for a handle that will never come longer than the timeout.
         let handle = memory.export()?;
+        lap(&mut times.export_us);
         shared
             .store
             .set(&own_key, &request.encode())
@@ -277,6 +278,8 @@ impl Group {
                 size: stride as u64,
             };
             let handles = state.endpoint.all_gather(&round, &handle, shared.timeout)?;
+            // Closing an exported CUDA fd is not free; count it here, not nowhere.
+            drop(handle);
             lap(&mut times.exchange_us);
 
             for (peer, handle) in handles.into_iter().enumerate() {
