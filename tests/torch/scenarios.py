@@ -364,5 +364,13 @@ def gpu_ops(ctx):
     rs_tol = dict(rtol=5e-2, atol=5e-1) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-3)
     record("fused_matmul_reduce_scatter", rs, partials.chunk(W)[rank], exact=False, **rs_tol)
 
+    # The low-contention collectives take plain tensors and stage them through a
+    # symmetric workspace of the group, which comes from our allocator.
+    plain = _ramp(ctx, n, dtype, rank)
+    gathered = ops._low_contention_all_gather(plain, group)
+    record("_low_contention_all_gather", gathered, torch.cat([_ramp(ctx, n, dtype, r) for r in range(W)]))
+    scattered = ops._low_contention_reduce_scatter(plain, "sum", group)
+    record("_low_contention_reduce_scatter", scattered, expected.chunk(W)[rank])
+
     ctx.sync()
     return {"checks": checks, "sums": sums}
