@@ -342,11 +342,12 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
       size_t size,
       int device_idx,
       const std::optional<std::string>& group_name) override {
-    const int device = symmwin_device(device_idx);
     void* ptr = nullptr;
-    check(symmwin_alloc(device, size, &ptr));
-    std::lock_guard<std::mutex> lock(mutex_);
-    allocations_[reinterpret_cast<uintptr_t>(ptr)] = {size, device, group_name};
+    check(symmwin_alloc(symmwin_device(device_idx), size, &ptr));
+    if (group_name) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      alloc_groups_[reinterpret_cast<uintptr_t>(ptr)] = *group_name;
+    }
     return ptr;
   }
 
@@ -357,7 +358,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
+      alloc_groups_.erase(reinterpret_cast<uintptr_t>(ptr));
     }
     // Called from tensor deleters, which must not throw.
     if (symmwin_free(ptr) != SYMMWIN_OK) {
@@ -380,19 +381,22 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   c10::intrusive_ptr<sm::SymmetricMemory> rendezvous(
       void* ptr,
       const std::optional<std::string>& group_name) override {
-    auto found = find(ptr);
-    if (!found) {
+    // The core finds the allocation covering `ptr` (torch's MemPool hands out
+    // interior pointers); the group needs its device before the rendezvous.
+    SymmwinAllocInfo alloc{};
+    const auto found = symmwin_alloc_info(ptr, &alloc);
+    if (found == SYMMWIN_NOT_FOUND) {
       return nullptr; // Not ours: torch treats a null handle as "not symmetric".
     }
+    check(found);
     // torch passes no group when the tensor was allocated for one
     // (empty_strided_p2p(group_name=...) then rendezvous(tensor)).
-    const std::string group =
-        group_name.value_or(found->group.value_or(kWorldGroup));
-    ensure_group(group, found->device);
+    const std::string group = group_name.value_or(alloc_group(alloc.base));
+    ensure_group(group, alloc.device);
     SymmwinWindow* window = nullptr;
     clear_store_error();
     const auto status = symmwin_rendezvous(
-        ptr, group.c_str(), found->device, sm::get_signal_pad_size(), &window);
+        ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
     if (status == SYMMWIN_NOT_FOUND) {
       return nullptr;
     }
@@ -413,12 +417,6 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   }
 
  private:
-  struct Allocation {
-    size_t size;
-    int device;
-    std::optional<std::string> group;
-  };
-
   int symmwin_device(int device_idx) const {
     if (type_ == c10::DeviceType::CPU) {
       return -1;
@@ -432,27 +430,18 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
         .index();
   }
 
-  // The allocation covering `ptr` (torch's MemPool hands out interior pointers).
-  // Kept here because rendezvous needs the allocation's device and group before
-  // it can reach the core.
-  std::optional<Allocation> find(void* ptr) {
-    const auto p = reinterpret_cast<uintptr_t>(ptr);
+  // The group an allocation was made for, else torch's default (the world group).
+  std::string alloc_group(uintptr_t base) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = allocations_.upper_bound(p);
-    if (it == allocations_.begin()) {
-      return std::nullopt;
-    }
-    --it;
-    if (p - it->first >= std::max<size_t>(it->second.size, 1)) {
-      return std::nullopt;
-    }
-    return it->second;
+    auto it = alloc_groups_.find(base);
+    return it == alloc_groups_.end() ? kWorldGroup : it->second;
   }
 
   const c10::DeviceType type_;
   const std::string name_;
   std::mutex mutex_;
-  std::map<uintptr_t, Allocation> allocations_;
+  // Only allocations made for a named group (empty_strided_p2p with group_name).
+  std::map<uintptr_t, std::string> alloc_groups_;
 };
 
 // ---------------------------------------------------------------------------

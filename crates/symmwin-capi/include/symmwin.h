@@ -75,6 +75,24 @@ typedef enum {
 typedef struct SymmwinWindow SymmwinWindow;
 
 /**
+ * Where an allocation lives.
+ */
+typedef struct {
+  /**
+   * Address the allocation starts at (what `symmwin_alloc` returned).
+   */
+  size_t base;
+  /**
+   * Bytes requested.
+   */
+  size_t size;
+  /**
+   * CUDA device, -1 for host memory.
+   */
+  int device;
+} SymmwinAllocInfo;
+
+/**
  * Receives a value from `try_get`.
  */
 typedef void (*SymmwinSink)(void *sink, const uint8_t *value, size_t len);
@@ -173,6 +191,12 @@ SymmwinStatus symmwin_free(void *ptr);
  * Bytes requested for the allocation covering `ptr`.
  */
 SymmwinStatus symmwin_alloc_size(void *ptr, size_t *out);
+
+/**
+ * The allocation covering `ptr` (which may point inside it).
+ * `SYMMWIN_NOT_FOUND` if `ptr` is not inside a live symmwin allocation.
+ */
+SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
 
 /**
  * Register group `name` for `device`. Idempotent: a second call with the same rank

@@ -215,6 +215,41 @@ pub unsafe extern "C" fn symmwin_alloc_size(ptr: *mut c_void, out: *mut usize) -
     })
 }
 
+/// Where an allocation lives.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct SymmwinAllocInfo {
+    /// Address the allocation starts at (what `symmwin_alloc` returned).
+    pub base: usize,
+    /// Bytes requested.
+    pub size: usize,
+    /// CUDA device, -1 for host memory.
+    pub device: c_int,
+}
+
+/// The allocation covering `ptr` (which may point inside it).
+/// `SYMMWIN_NOT_FOUND` if `ptr` is not inside a live symmwin allocation.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_alloc_info(
+    ptr: *mut c_void,
+    out: *mut SymmwinAllocInfo,
+) -> SymmwinStatus {
+    guard(|| {
+        let out = out_arg(out, "out")?;
+        match REGISTRY.find(ptr as usize) {
+            Some((alloc, _)) => {
+                *out = SymmwinAllocInfo {
+                    base: alloc.ptr(),
+                    size: alloc.size(),
+                    device: alloc.provider().info().device,
+                };
+                Ok(SymmwinOk)
+            }
+            None => Ok(SymmwinNotFound),
+        }
+    })
+}
+
 /// Register group `name` for `device`. Idempotent: a second call with the same rank
 /// and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
 /// Takes ownership of `store` in every case.
