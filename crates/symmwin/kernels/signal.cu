@@ -54,35 +54,58 @@ __device__ __forceinline__ void report_timeout(uint64_t err, uint32_t peer,
   }
 }
 
-// Release: everything this thread (and, through the preceding __syncthreads of the
-// caller's kernel if any, its block) wrote before is visible to the peer before it
-// can observe the signal.
+// System-scope CAS with release (put) or acquire (wait) semantics, as torch's kernels
+// do through cuda::atomic_ref: a release CAS orders this thread's earlier writes before
+// the signal without the full sequentially-consistent fence of __threadfence_system().
+__device__ __forceinline__ uint32_t cas_release(uint32_t* slot, uint32_t expected, uint32_t desired) {
+  uint32_t old;
+  asm volatile("atom.release.sys.global.cas.b32 %0, [%1], %2, %3;"
+               : "=r"(old)
+               : "l"(slot), "r"(expected), "r"(desired)
+               : "memory");
+  return old;
+}
+
+__device__ __forceinline__ uint32_t cas_acquire(uint32_t* slot, uint32_t expected, uint32_t desired) {
+  uint32_t old;
+  asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;"
+               : "=r"(old)
+               : "l"(slot), "r"(expected), "r"(desired)
+               : "memory");
+  return old;
+}
+
+// The host may pass a saturated timeout (u64 max): never let the deadline wrap.
+__device__ __forceinline__ uint64_t deadline_after(uint64_t timeout_ns) {
+  const uint64_t now = global_timer_ns();
+  return timeout_ns > ~0ull - now ? ~0ull : now + timeout_ns;
+}
+
+// Release: everything this thread wrote before is visible to the peer before it can
+// observe the signal. The slot may still hold 1 when the peer has not consumed the
+// previous signal yet; wait for it instead of losing a signal.
 // Returns 0 on success, else the time waited (always > timeout_ns > 0).
 __device__ __forceinline__ uint64_t put_signal(uint32_t* slot, uint64_t timeout_ns) {
-  __threadfence_system();
-  const uint64_t start = global_timer_ns();
-  // The slot may still hold 1 when the peer has not consumed the previous signal yet;
-  // wait for it instead of losing a signal.
-  while (atomicCAS_system(slot, 0u, 1u) != 0u) {
-    const uint64_t waited = global_timer_ns() - start;
-    if (waited > timeout_ns) {
-      return waited;
+  const uint64_t deadline = deadline_after(timeout_ns);
+  while (cas_release(slot, 0u, 1u) != 0u) {
+    const uint64_t now = global_timer_ns();
+    if (now > deadline) {
+      return now - deadline + timeout_ns;
     }
   }
   return 0;
 }
 
-// Acquire: the fence after the successful CAS orders every later read after it.
+// Acquire: every later read of this thread is ordered after the signal.
 // Returns 0 on success, else the time waited (always > timeout_ns > 0).
 __device__ __forceinline__ uint64_t wait_signal(uint32_t* slot, uint64_t timeout_ns) {
-  const uint64_t start = global_timer_ns();
-  while (atomicCAS_system(slot, 1u, 0u) != 1u) {
-    const uint64_t waited = global_timer_ns() - start;
-    if (waited > timeout_ns) {
-      return waited;
+  const uint64_t deadline = deadline_after(timeout_ns);
+  while (cas_acquire(slot, 1u, 0u) != 1u) {
+    const uint64_t now = global_timer_ns();
+    if (now > deadline) {
+      return now - deadline + timeout_ns;
     }
   }
-  __threadfence_system();
   return 0;
 }
 
