@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -358,7 +359,11 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      alloc_groups_.erase(reinterpret_cast<uintptr_t>(ptr));
+      const auto base = reinterpret_cast<uintptr_t>(ptr);
+      alloc_groups_.erase(base);
+      for (auto it = handles_.begin(); it != handles_.end();) {
+        it = it->second.base == base ? handles_.erase(it) : std::next(it);
+      }
     }
     // Called from tensor deleters, which must not throw.
     if (symmwin_free(ptr) != SYMMWIN_OK) {
@@ -381,6 +386,16 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   c10::intrusive_ptr<sm::SymmetricMemory> rendezvous(
       void* ptr,
       const std::optional<std::string>& group_name) override {
+    // torch calls rendezvous on every op (one_shot_all_reduce, ...): answer repeats
+    // from here, as torch's own backend does, instead of re-wrapping the window.
+    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(ptr), group_name.value_or(""));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = handles_.find(key);
+      if (it != handles_.end()) {
+        return it->second.handle;
+      }
+    }
     // The core finds the allocation covering `ptr` (torch's MemPool hands out
     // interior pointers); the group needs its device before the rendezvous.
     SymmwinAllocInfo alloc{};
@@ -401,7 +416,10 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
       return nullptr;
     }
     check(status);
-    return c10::make_intrusive<SymmwinSymmetricMemory>(window);
+    auto handle = c10::make_intrusive<SymmwinSymmetricMemory>(window);
+    std::lock_guard<std::mutex> lock(mutex_);
+    handles_[key] = {alloc.base, handle};
+    return handle;
   }
 
   bool has_multicast_support(int /*device_idx*/) override {
@@ -442,6 +460,13 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   std::mutex mutex_;
   // Only allocations made for a named group (empty_strided_p2p with group_name).
   std::map<uintptr_t, std::string> alloc_groups_;
+  // Handles already made, by (pointer, group as given); dropped when the allocation
+  // they belong to is freed.
+  struct Cached {
+    uintptr_t base;
+    c10::intrusive_ptr<SymmwinSymmetricMemory> handle;
+  };
+  std::map<std::pair<uintptr_t, std::string>, Cached> handles_;
 };
 
 // ---------------------------------------------------------------------------
