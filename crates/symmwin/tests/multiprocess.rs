@@ -3,140 +3,21 @@
 //! starts `world` copies of the ignored `worker` test with a scenario in the
 //! environment, then checks what every rank printed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::Arc;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
 use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
-use symmwin::{
-    Allocation, Config, ErrorKind, FileStore, Group, GroupSpec, HostProvider, Provider, Store,
-};
-
-const SCENARIO: &str = "SYMMWIN_TEST_SCENARIO";
-
-struct Job {
-    dir: PathBuf,
-}
-
-impl Job {
-    fn new(name: &str) -> Job {
-        let dir = std::env::temp_dir().join(format!(
-            "symmwin-test-{name}-{}-{:x}",
-            std::process::id(),
-            symmwin::token::random_u64()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Job { dir }
-    }
-
-    fn store(&self) -> PathBuf {
-        self.dir.join("store")
-    }
-
-    fn sockets(&self) -> PathBuf {
-        self.dir.join("sock")
-    }
-
-    /// Start one worker process per rank running `scenario`.
-    fn spawn(
-        &self,
-        world: usize,
-        scenario: &str,
-        env: &[(&str, String)],
-    ) -> Vec<std::process::Child> {
-        (0..world)
-            .map(|rank| {
-                let mut cmd = Command::new(std::env::current_exe().unwrap());
-                cmd.args([
-                    "--ignored",
-                    "--exact",
-                    "worker",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(SCENARIO, scenario)
-                .env("RANK", rank.to_string())
-                .env("WORLD", world.to_string())
-                .env("STORE", self.store())
-                .env("SYMMWIN_SOCKET_DIR", self.sockets())
-                .env("SYMMWIN_TIMEOUT_MS", "5000")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-                for (k, v) in env {
-                    cmd.env(k, v);
-                }
-                cmd.spawn().unwrap()
-            })
-            .collect()
-    }
-
-    fn run(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Vec<Output> {
-        self.spawn(world, scenario, env)
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The `RESULT ...` line a worker printed.
-fn result(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
-        .unwrap_or_else(|| {
-            panic!(
-                "no result; stdout:\n{stdout}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-}
-
-fn env_usize(name: &str) -> usize {
-    std::env::var(name).unwrap().parse().unwrap()
-}
-
-fn join(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
-    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
-    let group = Group::new(
-        GroupSpec::new("test", rank, world),
-        store,
-        provider.clone(),
-        &Config::from_env().unwrap(),
-    )
-    .unwrap();
-    (group, provider)
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn mappings() -> usize {
-    std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .count()
-}
+use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
 /// Entry point of the worker processes; does nothing when run directly.
 #[test]
 #[ignore = "worker process entry point, started by the other tests"]
 fn worker() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
-        return;
-    };
-    let rank = env_usize("RANK");
-    let world = env_usize("WORLD");
-    let outcome = match scenario.as_str() {
+    common::worker_main(|scenario, rank, world| match scenario {
         "visible" => visible(rank, world),
         "cycles" => cycles(rank, world),
         "mismatch" => mismatch(rank, world),
@@ -147,8 +28,7 @@ fn worker() {
         "intruder" => intruder(),
         "other_uid" => other_uid(),
         other => panic!("unknown scenario {other}"),
-    };
-    println!("RESULT {outcome}");
+    });
 }
 
 /// Every rank writes `rank+1` bytes into its chunk of every peer's slot.
@@ -402,20 +282,45 @@ fn intruder() -> String {
     format!("sent={}", forge_to_all(&dir))
 }
 
-/// Run as another uid: try to reach a socket in our private directory.
+/// Run as another uid: try to reach a socket in our private directory, to plant a
+/// socket next to it, and to read the socket directory, the store and a store key.
 fn other_uid() -> String {
     let target = PathBuf::from(std::env::var("TARGET_SOCKET").unwrap());
-    let sock = rustix::net::socket(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::DGRAM,
-        None,
-    )
-    .unwrap();
+    let key = PathBuf::from(std::env::var("TARGET_KEY").unwrap());
+    let errno = |r: Result<(), std::io::Error>| match r {
+        Ok(()) => "allowed".to_owned(),
+        Err(e) => format!("errno{}", e.raw_os_error().unwrap_or(-1)),
+    };
+    let dgram = || {
+        rustix::net::socket(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::DGRAM,
+            None,
+        )
+        .unwrap()
+    };
     let addr = rustix::net::SocketAddrUnix::new(&target).unwrap();
-    match rustix::net::sendto(&sock, b"hello", rustix::net::SendFlags::empty(), &addr) {
-        Ok(_) => "sent".into(),
-        Err(e) => format!("refused:errno{}", e.raw_os_error()),
-    }
+    let send = errno(
+        rustix::net::sendto(dgram(), b"hello", rustix::net::SendFlags::empty(), &addr)
+            .map(drop)
+            .map_err(Into::into),
+    );
+    let connect = errno(rustix::net::connect(dgram(), &addr).map_err(Into::into));
+    let planted = target.with_file_name("planted.sock");
+    let bind = errno(
+        rustix::net::bind(
+            dgram(),
+            &rustix::net::SocketAddrUnix::new(&planted).unwrap(),
+        )
+        .map_err(Into::into),
+    );
+    let list_sockets = errno(std::fs::read_dir(target.parent().unwrap()).map(drop));
+    let list_store = errno(std::fs::read_dir(key.parent().unwrap()).map(drop));
+    let read_key = errno(std::fs::read(&key).map(drop));
+    format!(
+        "send={send} connect={connect} bind={bind} list_sockets={list_sockets} \
+         list_store={list_store} read_key={read_key}"
+    )
 }
 
 // ---------------------------------------------------------------- the tests
@@ -527,14 +432,9 @@ fn barrier_and_signals_leave_pads_zero_and_time_out_naming_the_peer() {
 #[test]
 fn forged_messages_from_a_same_uid_process_without_the_token_are_rejected() {
     let job = Job::new("intrude");
-    let mut ranks = job.spawn(2, "intruded", &[]);
-    let intruder = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "worker", "--nocapture"])
-        .env(SCENARIO, "intruder")
-        .env("RANK", "9")
-        .env("WORLD", "2")
-        .env("STORE", job.store())
-        .env("SYMMWIN_SOCKET_DIR", job.sockets())
+    let ranks = job.spawn(2, "intruded", &[]);
+    let intruder = job
+        .command(&std::env::current_exe().unwrap(), "intruder", 9, 2)
         .output()
         .unwrap();
     let sent = result(&intruder);
@@ -542,10 +442,7 @@ fn forged_messages_from_a_same_uid_process_without_the_token_are_rejected() {
         sent, "sent=0",
         "the intruder reached no socket, so the test proves nothing"
     );
-    let outs: Vec<Output> = ranks
-        .drain(..)
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
+    let outs: Vec<Output> = ranks.wait(DEFAULT_LIMIT);
     let r0 = result(&outs[0]);
     assert!(r0.starts_with("peer_byte=0xa1"), "{r0}");
     let rejected: u64 = r0.rsplit('=').next().unwrap().parse().unwrap();
@@ -571,18 +468,33 @@ fn another_uid_cannot_reach_the_sockets() {
     };
     open(&exe, 0o755);
     open(&job.dir, 0o755);
-    let out = std::os::unix::process::CommandExt::uid(
-        Command::new(&exe)
-            .args(["--ignored", "--exact", "worker", "--nocapture"])
-            .env(SCENARIO, "other_uid")
-            .env("RANK", "0")
-            .env("WORLD", "1")
-            .env("TARGET_SOCKET", endpoint.path()),
-        65534,
-    )
-    .output()
-    .unwrap();
-    assert_eq!(result(&out), format!("refused:errno{}", libc::EACCES));
+    // A store holding a request-like value, as a rendezvous leaves it.
+    let store = FileStore::new(job.store()).unwrap();
+    store
+        .set("symmwin/test/0/req/0", b"{\"token\":\"secret\"}")
+        .unwrap();
+    let key_file = std::fs::read_dir(job.store())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with('k'))
+        .unwrap()
+        .path();
+    let mut cmd = job.command(&exe, "other_uid", 0, 1);
+    cmd.env("TARGET_SOCKET", endpoint.path())
+        .env("TARGET_KEY", &key_file);
+    let out = std::os::unix::process::CommandExt::uid(&mut cmd, 65534)
+        .output()
+        .unwrap();
+    let eacces = libc::EACCES;
+    assert_eq!(
+        result(&out),
+        format!(
+            "send=errno{eacces} connect=errno{eacces} bind=errno{eacces} \
+             list_sockets=errno{eacces} list_store=errno{eacces} read_key=errno{eacces}"
+        )
+    );
+    // The socket is still ours alone and nothing was added next to it.
+    assert_eq!(common::entries(&job.sockets()), 1);
 }
 
 #[test]

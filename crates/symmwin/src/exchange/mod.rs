@@ -157,10 +157,16 @@ impl Endpoint {
         let mut unsent: Vec<usize> = (0..world).filter(|&r| r != round.rank).collect();
         loop {
             let mut full = Vec::new();
+            let mut lost = Vec::new();
             for peer in unsent {
-                if !self.try_send(round, peer, handle)? {
-                    full.push(peer);
+                match self.try_send(round, peer, handle) {
+                    Ok(true) => {}
+                    Ok(false) => full.push(peer),
+                    Err(e) => lost.push((peer, e)),
                 }
+            }
+            if !lost.is_empty() {
+                return Err(most_likely_lost(round, lost));
             }
             unsent = full;
             let missing: Vec<usize> = (0..world)
@@ -436,6 +442,33 @@ struct Received {
     fds: Vec<OwnedFd>,
     uid: Option<u32>,
     pid: Option<u32>,
+}
+
+/// Of the peers a send failed for, the one most likely to be the cause. After a death
+/// the first survivors to notice fail and leave, so later ones find several peers
+/// unreachable: prefer a peer whose socket is still there (died without cleaning up),
+/// then one whose process is gone, over one that removed its socket and lives on
+/// (gave up after its own error). The others are listed in the message.
+fn most_likely_lost(round: &Round<'_>, mut lost: Vec<(usize, Error)>) -> Error {
+    let score = |peer: usize| {
+        let address = &round.peers[peer];
+        let alive = rustix::process::Pid::from_raw(address.pid as i32)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        2 * u8::from(address.socket.exists()) + u8::from(!alive)
+    };
+    let scores: Vec<u8> = lost.iter().map(|(peer, _)| score(*peer)).collect();
+    let best = (0..lost.len())
+        .max_by_key(|&i| (scores[i], std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    let (_, mut error) = lost.swap_remove(best);
+    if !lost.is_empty() {
+        let mut others: Vec<usize> = lost.iter().map(|(peer, _)| *peer).collect();
+        others.sort_unstable();
+        if let ErrorKind::PeerLost(message) = &mut error.kind {
+            message.push_str(&format!(" (also unreachable: rank(s) {others:?})"));
+        }
+    }
+    error
 }
 
 /// Create `dir` as `0700` if missing; refuse it unless it is a real directory owned

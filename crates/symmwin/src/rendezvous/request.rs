@@ -13,7 +13,7 @@ use crate::provider::{HandleType, ProviderKind};
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct Request {
     /// Protocol version.
     pub version: u32,
@@ -51,6 +51,32 @@ pub struct Request {
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
     pub token: String,
+}
+
+impl std::fmt::Debug for Request {
+    // The token is a secret (see `Token`'s Debug): never print it, even in debug logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("version", &self.version)
+            .field("group", &self.group)
+            .field("seq", &self.seq)
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("provider", &self.provider)
+            .field("handle_type", &self.handle_type)
+            .field("device", &self.device)
+            .field("size", &self.size)
+            .field("alloc_size", &self.alloc_size)
+            .field("pad_size", &self.pad_size)
+            .field("pad_pools", &self.pad_pools)
+            .field("pad_free", &self.pad_free)
+            .field("pid", &self.pid)
+            .field("uid", &self.uid)
+            .field("host", &self.host)
+            .field("socket", &self.socket)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 impl Request {

@@ -1,0 +1,357 @@
+//! The multi-process harness shared by the integration tests.
+//!
+//! A test binary re-runs itself as the worker processes: each test starts `world`
+//! copies of the ignored `worker` test of its own binary with a scenario in the
+//! environment, then checks the `RESULT ...` line every rank printed. Workers write
+//! to files (never to pipes that nobody drains), and every wait for them is bounded:
+//! a rank still running at the deadline is killed and the test fails.
+#![allow(dead_code)] // every test binary uses a different part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use symmwin::exchange::PeerAddress;
+use symmwin::rendezvous::request::Request;
+use symmwin::token::Token;
+use symmwin::{Config, FileStore, Group, GroupSpec, HostProvider, Provider};
+
+/// Environment variable naming the scenario a worker runs.
+pub const SCENARIO: &str = "SYMMWIN_TEST_SCENARIO";
+
+/// How long a job may run unless a test says otherwise.
+pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
+
+/// Body of each binary's `worker` test: run the scenario and print its result.
+pub fn worker_main(dispatch: impl FnOnce(&str, usize, usize) -> String) {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return; // run directly (e.g. `--ignored`): nothing to do
+    };
+    let rank = env_usize("RANK");
+    let world = env_usize("WORLD");
+    let outcome = dispatch(&scenario, rank, world);
+    println!("RESULT {outcome}");
+}
+
+/// A job's private directory (store, sockets, worker output), removed on drop.
+pub struct Job {
+    pub dir: PathBuf,
+}
+
+impl Job {
+    pub fn new(name: &str) -> Job {
+        let dir = std::env::temp_dir().join(format!(
+            "symmwin-test-{name}-{}-{:x}",
+            std::process::id(),
+            symmwin::token::random_u64()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Job { dir }
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+
+    pub fn sockets(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+
+    /// A worker command running `scenario` of this test binary (or of `exe`).
+    pub fn command(&self, exe: &Path, scenario: &str, rank: usize, world: usize) -> Command {
+        let mut cmd = Command::new(exe);
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "worker",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, scenario)
+        .env("RANK", rank.to_string())
+        .env("WORLD", world.to_string())
+        .env("STORE", self.store())
+        .env("SYMMWIN_SOCKET_DIR", self.sockets())
+        .env("SYMMWIN_TIMEOUT_MS", "5000")
+        .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Start one worker process per rank running `scenario`.
+    pub fn spawn(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Ranks {
+        let exe = std::env::current_exe().unwrap();
+        let tag = format!("{scenario}-{:x}", symmwin::token::random_u64());
+        let mut ranks = Ranks::default();
+        for rank in 0..world {
+            let files = (
+                self.dir.join(format!("{tag}-{rank}.out")),
+                self.dir.join(format!("{tag}-{rank}.err")),
+            );
+            let mut cmd = self.command(&exe, scenario, rank, world);
+            cmd.stdout(std::fs::File::create(&files.0).unwrap())
+                .stderr(std::fs::File::create(&files.1).unwrap());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            ranks.push(cmd.spawn().unwrap(), files);
+        }
+        ranks
+    }
+
+    /// Run `scenario` on `world` ranks and wait (at most [`DEFAULT_LIMIT`]).
+    pub fn run(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Vec<Output> {
+        self.spawn(world, scenario, env).wait(DEFAULT_LIMIT)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Running worker processes, indexed by rank.
+#[derive(Default)]
+pub struct Ranks {
+    children: Vec<Child>,
+    files: Vec<(PathBuf, PathBuf)>,
+    status: Vec<Option<ExitStatus>>,
+}
+
+impl Ranks {
+    fn push(&mut self, child: Child, files: (PathBuf, PathBuf)) {
+        self.children.push(child);
+        self.files.push(files);
+        self.status.push(None);
+    }
+
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Process id of `rank`.
+    pub fn pid(&self, rank: usize) -> u32 {
+        self.children[rank].id()
+    }
+
+    /// `kill -9` one rank (a process this test started, by its pid).
+    pub fn kill(&mut self, rank: usize) {
+        let _ = self.children[rank].kill();
+    }
+
+    /// What `rank` has printed so far.
+    pub fn stdout_so_far(&self, rank: usize) -> String {
+        std::fs::read_to_string(&self.files[rank].0).unwrap_or_default()
+    }
+
+    /// Exit status of `rank` if it has exited.
+    pub fn try_status(&mut self, rank: usize) -> Option<ExitStatus> {
+        if self.status[rank].is_none() {
+            self.status[rank] = self.children[rank].try_wait().unwrap();
+        }
+        self.status[rank]
+    }
+
+    /// Wait for every rank, at most `limit` from now. Ranks still running then are
+    /// killed and the test fails, showing what each of them printed.
+    pub fn wait(mut self, limit: Duration) -> Vec<Output> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let running: Vec<usize> = (0..self.len())
+                .filter(|&r| self.try_status(r).is_none())
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for &r in &running {
+                    self.kill(r);
+                    let _ = self.children[r].wait();
+                }
+                let report: String = running
+                    .iter()
+                    .map(|&r| {
+                        format!(
+                            "--- rank {r} stdout:\n{}\n--- rank {r} stderr:\n{}\n",
+                            self.stdout_so_far(r),
+                            std::fs::read_to_string(&self.files[r].1).unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                panic!("rank(s) {running:?} still running after {limit:?}: killed\n{report}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (0..self.len())
+            .map(|r| Output {
+                status: self.status[r].unwrap(),
+                stdout: std::fs::read(&self.files[r].0).unwrap_or_default(),
+                stderr: std::fs::read(&self.files[r].1).unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        // A test that panicked half-way leaves no process behind.
+        for r in 0..self.children.len() {
+            if self.try_status(r).is_none() {
+                self.kill(r);
+                let _ = self.children[r].wait();
+            }
+        }
+    }
+}
+
+/// The `RESULT ...` line a worker printed.
+pub fn result(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no result (status {}); stdout:\n{stdout}\nstderr:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+/// Assert a worker exited 0, showing its output otherwise.
+pub fn assert_success(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Assert every worker exited 0; otherwise show every failing rank's output.
+pub fn assert_all_success(outs: &[Output]) {
+    let failed: String = outs
+        .iter()
+        .enumerate()
+        .filter(|(_, out)| !out.status.success())
+        .map(|(rank, out)| {
+            format!(
+                "--- rank {rank}: {}\nstdout:\n{}\nstderr:\n{}\n",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .collect();
+    assert!(failed.is_empty(), "ranks failed:\n{failed}");
+}
+
+/// `key=value` fields of a result line.
+pub fn field<'a>(result: &'a str, key: &str) -> &'a str {
+    result
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no field {key} in {result:?}"))
+}
+
+pub fn env_usize(name: &str) -> usize {
+    std::env::var(name).unwrap().parse().unwrap()
+}
+
+/// Join group `name` on the job's file store with the host provider.
+pub fn join_group(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
+    let group = Group::new(
+        GroupSpec::new(name, rank, world),
+        store,
+        provider.clone(),
+        &Config::from_env().unwrap(),
+    )
+    .unwrap();
+    (group, provider)
+}
+
+/// Join the group named "test".
+pub fn join(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    join_group("test", rank, world)
+}
+
+/// Open file descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Memory mappings of this process.
+pub fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+/// Entries (sockets) in a directory; 0 when it does not exist.
+pub fn entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+/// A small deterministic generator (xorshift64*), so runs are reproducible.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Send one datagram with `fds` attached to the socket at `path` (blocking).
+pub fn send_raw(path: &Path, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )
+    .unwrap();
+    let addr = rustix::net::SocketAddrUnix::new(path).unwrap();
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        assert!(control.push(rustix::net::SendAncillaryMessage::ScmRights(fds)));
+    }
+    rustix::net::sendmsg_addr(
+        &sock,
+        &addr,
+        &[std::io::IoSlice::new(bytes)],
+        &mut control,
+        rustix::net::SendFlags::empty(),
+    )
+    .unwrap();
+}
+
+/// Exchange addresses of a fake rank 1 (`ours`) and the real rank 0 (`theirs`).
+pub fn peer_addresses(theirs: &Request, ours: &Request) -> Vec<PeerAddress> {
+    [theirs, ours]
+        .iter()
+        .map(|r| PeerAddress {
+            socket: r.socket.clone(),
+            pid: r.pid,
+            token: Token::from_hex(&r.token).unwrap(),
+        })
+        .collect()
+}
