@@ -171,6 +171,16 @@ impl Group {
             .unwrap_or(0)
     }
 
+    /// Messages sent and handles accepted by this rank's socket so far: one of each
+    /// per peer per rendezvous, so they grow linearly with the world size.
+    pub fn exchange_counts(&self) -> crate::exchange::ExchangeCounts {
+        self.shared
+            .state
+            .lock()
+            .map(|s| s.endpoint.counts())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, GroupState>> {
         self.shared.state.lock().map_err(|_| {
             Error::new(

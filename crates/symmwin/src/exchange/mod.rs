@@ -76,6 +76,17 @@ pub struct Endpoint {
     early: HashMap<(u64, u64), Vec<Early>>,
     /// Messages dropped since creation (for tests and diagnostics).
     rejected: u64,
+    /// Traffic since creation: messages sent, handles accepted.
+    counts: ExchangeCounts,
+}
+
+/// What an endpoint has sent and accepted since it was bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeCounts {
+    /// Datagrams sent (one per peer per rendezvous).
+    pub sent: u64,
+    /// Handles accepted (one per peer per rendezvous); each fd is closed after import.
+    pub accepted: u64,
 }
 
 impl Endpoint {
@@ -118,6 +129,7 @@ impl Endpoint {
             uid: rustix::process::getuid().as_raw(),
             early: HashMap::new(),
             rejected: 0,
+            counts: ExchangeCounts::default(),
         })
     }
 
@@ -134,6 +146,11 @@ impl Endpoint {
     /// Messages dropped since this endpoint was bound.
     pub fn rejected(&self) -> u64 {
         self.rejected
+    }
+
+    /// Messages sent and handles accepted since this endpoint was bound.
+    pub fn counts(&self) -> ExchangeCounts {
+        self.counts
     }
 
     /// Send `handle` to every peer and receive one handle from each, in any order.
@@ -160,7 +177,7 @@ impl Endpoint {
             let mut lost = Vec::new();
             for peer in unsent {
                 match self.try_send(round, peer, handle) {
-                    Ok(true) => {}
+                    Ok(true) => self.counts.sent += 1,
                     Ok(false) => full.push(peer),
                     Err(e) => lost.push((peer, e)),
                 }
@@ -415,6 +432,7 @@ impl Endpoint {
         match received.get_mut(sender) {
             Some(slot @ None) if sender != round.rank => {
                 *slot = Some(early.handle);
+                self.counts.accepted += 1;
                 Ok(())
             }
             _ => {

@@ -79,21 +79,26 @@ impl Group {
         pad_size: usize,
     ) -> Result<(Window, PhaseTimes)> {
         let shared = &self.shared;
-        if shared.provider.info() != alloc.provider().info() {
-            return Err(Error::invalid(format!(
+        let mut times = PhaseTimes::default();
+        let mut state = self.lock_state()?;
+        let bad_argument = if shared.provider.info() != alloc.provider().info() {
+            Some(format!(
                 "allocation lives on {:?}, group {} uses {:?}",
                 alloc.provider().info(),
                 shared.name,
                 shared.provider.info()
-            )));
+            ))
+        } else if pad_size % 4 != 0 {
+            Some(format!("signal pad size {pad_size} is not a multiple of 4"))
+        } else {
+            None
+        };
+        if let Some(message) = bad_argument {
+            // Peers still take part in this rendezvous number (and time out naming
+            // us); skipping it here too keeps the later ones of the group in step.
+            state.next_seq += 1;
+            return Err(Error::invalid(message));
         }
-        if pad_size % 4 != 0 {
-            return Err(Error::invalid(format!(
-                "signal pad size {pad_size} is not a multiple of 4"
-            )));
-        }
-        let mut times = PhaseTimes::default();
-        let mut state = self.lock_state()?;
         let (pools, free) = shared.pads.snapshot(pad_size);
         let ask = PadAsk {
             pad_size,
