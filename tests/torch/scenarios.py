@@ -365,11 +365,13 @@ def gpu_ops(ctx):
     record("fused_matmul_reduce_scatter", rs, partials.chunk(W)[rank], exact=False, **rs_tol)
 
     # The low-contention collectives take plain tensors and stage them through a
-    # symmetric workspace of the group, which comes from our allocator.
+    # symmetric workspace of the group, which comes from our allocator. They run on a
+    # side stream and are functional collectives: wait_tensor orders their result.
+    wait = torch.ops._c10d_functional.wait_tensor
     plain = _ramp(ctx, n, dtype, rank)
-    gathered = ops._low_contention_all_gather(plain, group)
+    gathered = wait(ops._low_contention_all_gather(plain, group))
     record("_low_contention_all_gather", gathered, torch.cat([_ramp(ctx, n, dtype, r) for r in range(W)]))
-    scattered = ops._low_contention_reduce_scatter(plain, "sum", group)
+    scattered = wait(ops._low_contention_reduce_scatter(plain, "sum", group))
     record("_low_contention_reduce_scatter", scattered, expected.chunk(W)[rank])
 
     ctx.sync()
