@@ -33,8 +33,9 @@ cargo build --release -p symmwin-capi --quiet
 SYMMWIN_PREBUILT_LIB="$PWD/target/release/libsymmwin_capi.a" \
   "$PY" -m pip install --quiet --no-build-isolation --no-deps .
 
-step "torch backend tests (host memory)"
-(cd /tmp && "$PY" -m pytest -q "$OLDPWD/tests/torch")
-
 step "demo on host memory"
 cargo run --release --quiet -p symmwin-cli -- demo --provider host --world 4 --size 1M --iters 3
+
+step "torch backend tests (host memory)"
+"$PY" -m pytest -q tests/torch
+

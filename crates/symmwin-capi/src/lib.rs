@@ -160,6 +160,11 @@ fn window_arg<'a>(w: *const SymmwinWindow) -> symmwin::Result<&'a SymmwinWindow>
     unsafe { w.as_ref() }.ok_or_else(|| symmwin::Error::invalid("window is NULL"))
 }
 
+fn channel_arg(channel: c_int) -> symmwin::Result<usize> {
+    usize::try_from(channel)
+        .map_err(|_| symmwin::Error::invalid(format!("channel {channel} is negative")))
+}
+
 fn timeout(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
@@ -456,8 +461,7 @@ pub unsafe extern "C" fn symmwin_window_barrier(
 ) -> SymmwinStatus {
     guard(|| {
         let h = window_arg(w)?;
-        let channel = usize::try_from(channel)
-            .map_err(|_| symmwin::Error::invalid(format!("channel {channel} is negative")))?;
+        let channel = channel_arg(channel)?;
         h.window
             .barrier(channel, timeout(timeout_ms), stream as usize)?;
         Ok(SymmwinOk)
@@ -476,8 +480,7 @@ pub unsafe extern "C" fn symmwin_window_put_signal(
     guard(|| {
         let h = window_arg(w)?;
         let dst = rank_arg(dst, h.window.world())?;
-        let channel = usize::try_from(channel)
-            .map_err(|_| symmwin::Error::invalid(format!("channel {channel} is negative")))?;
+        let channel = channel_arg(channel)?;
         h.window
             .put_signal(dst, channel, timeout(timeout_ms), stream as usize)?;
         Ok(SymmwinOk)
@@ -496,8 +499,7 @@ pub unsafe extern "C" fn symmwin_window_wait_signal(
     guard(|| {
         let h = window_arg(w)?;
         let src = rank_arg(src, h.window.world())?;
-        let channel = usize::try_from(channel)
-            .map_err(|_| symmwin::Error::invalid(format!("channel {channel} is negative")))?;
+        let channel = channel_arg(channel)?;
         h.window
             .wait_signal(src, channel, timeout(timeout_ms), stream as usize)?;
         Ok(SymmwinOk)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, Span, StreamHandle, Table};
+use crate::provider::{PadView, ProviderInfo, Signals, Span, StreamHandle, Table};
 use crate::signal::pool::PadLease;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
@@ -200,6 +200,21 @@ impl Window {
         timeout.unwrap_or(self.inner.group.timeout)
     }
 
+    /// Run one signal operation of the provider on this window's pads.
+    fn signal_op(
+        &self,
+        timeout: Option<Duration>,
+        op: impl FnOnce(&dyn Signals, &PadView, Duration) -> Result<()>,
+    ) -> Result<()> {
+        let pads = self.pads()?;
+        op(
+            self.inner.group.provider.signals(),
+            &pads,
+            self.timeout(timeout),
+        )
+        .map_err(|e| e.at_rank(self.rank()))
+    }
+
     /// Signal every peer on `channel` and wait for all of them. `stream` orders the
     /// operation on the device (ignored for host memory).
     pub fn barrier(
@@ -208,13 +223,7 @@ impl Window {
         timeout: Option<Duration>,
         stream: StreamHandle,
     ) -> Result<()> {
-        let pads = self.pads()?;
-        self.inner
-            .group
-            .provider
-            .signals()
-            .barrier(&pads, channel, self.timeout(timeout), stream)
-            .map_err(|e| e.at_rank(self.rank()))
+        self.signal_op(timeout, |s, pads, t| s.barrier(pads, channel, t, stream))
     }
 
     /// Signal `dst` on `channel`.
@@ -225,13 +234,7 @@ impl Window {
         timeout: Option<Duration>,
         stream: StreamHandle,
     ) -> Result<()> {
-        let pads = self.pads()?;
-        self.inner
-            .group
-            .provider
-            .signals()
-            .put(&pads, dst, channel, self.timeout(timeout), stream)
-            .map_err(|e| e.at_rank(self.rank()))
+        self.signal_op(timeout, |s, pads, t| s.put(pads, dst, channel, t, stream))
     }
 
     /// Wait for `src`'s signal on `channel`.
@@ -242,13 +245,7 @@ impl Window {
         timeout: Option<Duration>,
         stream: StreamHandle,
     ) -> Result<()> {
-        let pads = self.pads()?;
-        self.inner
-            .group
-            .provider
-            .signals()
-            .wait(&pads, src, channel, self.timeout(timeout), stream)
-            .map_err(|e| e.at_rank(self.rank()))
+        self.signal_op(timeout, |s, pads, t| s.wait(pads, src, channel, t, stream))
     }
 
     /// Report a device-side signal timeout recorded since the last check (device

@@ -255,20 +255,8 @@ fn pad_word(
     channel: usize,
     src: usize,
 ) -> Result<&'static AtomicU32> {
-    let index = channel
-        .checked_mul(pads.world)
-        .and_then(|i| i.checked_add(src))
-        .filter(|i| (i + 1) * 4 <= pads.len)
-        .ok_or_else(|| {
-            Error::new(
-                Phase::Signal,
-                ErrorKind::InvalidArgument(format!(
-                    "channel {channel} does not fit a signal pad of {} bytes at world size {}",
-                    pads.len, pads.world
-                )),
-            )
-        })?;
-    let addr = pads.base + owner * pads.stride + index * 4;
+    let offset = pads.slot_offset(channel, src)?;
+    let addr = pads.base + owner * pads.stride + offset;
     // SAFETY: the address lies inside a mapped pad (bounds checked above) that lives
     // as long as the window calling us; u32 slots are 4-byte aligned; all access to
     // pads goes through atomics.
@@ -299,19 +287,6 @@ fn spin_until(word: &AtomicU32, from: u32, to: u32, order: Ordering, deadline: I
             std::hint::spin_loop();
         }
     }
-}
-
-fn check_peer(pads: &PadView, peer: usize) -> Result<()> {
-    if peer >= pads.world {
-        return Err(Error::new(
-            Phase::Signal,
-            ErrorKind::InvalidArgument(format!(
-                "rank {peer} out of range for world size {}",
-                pads.world
-            )),
-        ));
-    }
-    Ok(())
 }
 
 fn timed_out(peer: usize, timeout: Duration) -> Error {
@@ -357,7 +332,7 @@ impl Signals for HostSignals {
         timeout: Duration,
         _stream: StreamHandle,
     ) -> Result<()> {
-        check_peer(pads, dst)?;
+        pads.check_peer(dst)?;
         let word = pad_word(pads, dst, channel, pads.rank)?;
         if spin_until(word, 0, 1, Ordering::Release, Instant::now() + timeout) {
             Ok(())
@@ -374,7 +349,7 @@ impl Signals for HostSignals {
         timeout: Duration,
         _stream: StreamHandle,
     ) -> Result<()> {
-        check_peer(pads, src)?;
+        pads.check_peer(src)?;
         let word = pad_word(pads, pads.rank, channel, src)?;
         if spin_until(word, 1, 0, Ordering::Acquire, Instant::now() + timeout) {
             Ok(())

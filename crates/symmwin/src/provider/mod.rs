@@ -129,6 +129,40 @@ pub struct PadView {
     pub world: usize,
 }
 
+impl PadView {
+    /// Byte offset inside a pad of the slot for (`channel`, `src`), checked to fit.
+    pub fn slot_offset(&self, channel: usize, src: usize) -> Result<usize> {
+        channel
+            .checked_mul(self.world)
+            .and_then(|i| i.checked_add(src))
+            .and_then(|i| i.checked_mul(4))
+            .filter(|&offset| src < self.world && offset + 4 <= self.len)
+            .ok_or_else(|| {
+                crate::Error::new(
+                    crate::Phase::Signal,
+                    crate::ErrorKind::InvalidArgument(format!(
+                        "channel {channel} does not fit a signal pad of {} bytes at world size {}",
+                        self.len, self.world
+                    )),
+                )
+            })
+    }
+
+    /// Check that `peer` is a rank of this view.
+    pub fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer < self.world {
+            return Ok(());
+        }
+        Err(crate::Error::new(
+            crate::Phase::Signal,
+            crate::ErrorKind::InvalidArgument(format!(
+                "rank {peer} out of range for world size {}",
+                self.world
+            )),
+        ))
+    }
+}
+
 /// Barrier and point-to-point signals over signal pads, with torch's protocol:
 /// the slot for (`channel`, `src`) in the receiver's pad is `channel * world + src`;
 /// put is a CAS 0 -> 1 with release, wait a CAS 1 -> 0 with acquire.

@@ -312,17 +312,8 @@ impl PadArgs {
                 pads.base, pads.stride
             )));
         }
-        let fits = channel
-            .checked_mul(pads.world)
-            .and_then(|i| i.checked_add(pads.world))
-            .and_then(|slots| slots.checked_mul(4))
-            .is_some_and(|bytes| bytes <= pads.len);
-        if !fits {
-            return Err(invalid(format!(
-                "channel {channel} does not fit a signal pad of {} bytes at world size {}",
-                pads.len, pads.world
-            )));
-        }
+        // The last slot of `channel` fits, so every slot of it does.
+        pads.slot_offset(channel, pads.world - 1)?;
         let end = (pads.world - 1)
             .checked_mul(pads.stride)
             .and_then(|off| off.checked_add(pads.len))
@@ -343,15 +334,7 @@ impl PadArgs {
 }
 
 pub(super) fn check_peer(pads: &PadView, peer: usize) -> Result<u32> {
-    if peer >= pads.world {
-        return Err(Error::new(
-            Phase::Signal,
-            ErrorKind::InvalidArgument(format!(
-                "rank {peer} out of range for world size {}",
-                pads.world
-            )),
-        ));
-    }
+    pads.check_peer(peer)?;
     // world <= MAX_WORLD was checked by PadArgs::check.
     Ok(peer as u32)
 }
