@@ -284,7 +284,8 @@ SymmwinStatus symmwin_handle_type(int device, char *buf, size_t len);
 
 /**
  * Write a JSON description of the machine (devices, handle types, peer access) into
- * `buf`; `*needed` gets the length including the NUL.
+ * `buf`; `*needed` gets the length including the NUL. With `buf` NULL only `*needed`
+ * is written (a size query).
  */
 SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
 

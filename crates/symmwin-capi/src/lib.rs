@@ -520,7 +520,8 @@ pub unsafe extern "C" fn symmwin_handle_type(
 }
 
 /// Write a JSON description of the machine (devices, handle types, peer access) into
-/// `buf`; `*needed` gets the length including the NUL.
+/// `buf`; `*needed` gets the length including the NUL. With `buf` NULL only `*needed`
+/// is written (a size query).
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_probe_json(
     buf: *mut c_char,
@@ -531,6 +532,9 @@ pub unsafe extern "C" fn symmwin_probe_json(
         let json = symmwin::probe::machine_json();
         if let Some(n) = unsafe { needed.as_mut() } {
             *n = json.len() + 1;
+            if buf.is_null() {
+                return Ok(SymmwinOk);
+            }
         }
         copy_out(&json, buf, len)
     })
