@@ -35,6 +35,7 @@ pub mod error;
 pub mod exchange;
 pub mod group;
 pub mod layout;
+mod private_dir;
 pub mod probe;
 pub mod provider;
 pub mod registry;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -92,7 +92,7 @@ pub struct ExchangeCounts {
 impl Endpoint {
     /// Bind a new socket with a fresh token in the private directory `dir`.
     pub fn bind(dir: &Path, label: u64) -> Result<Self> {
-        ensure_private_dir(dir)?;
+        crate::private_dir::ensure(dir, "socket directory", "the sockets", Phase::Exchange)?;
         remove_stale_sockets(dir);
         let token = Token::random()?;
         let path = dir.join(format!(
@@ -487,41 +487,6 @@ fn most_likely_lost(round: &Round<'_>, mut lost: Vec<(usize, Error)>) -> Error {
         }
     }
     error
-}
-
-/// Create `dir` as `0700` if missing; refuse it unless it is a real directory owned
-/// by us that no other user can enter.
-pub fn ensure_private_dir(dir: &Path) -> Result<()> {
-    let refuse = |why: String| {
-        Error::new(
-            Phase::Exchange,
-            ErrorKind::Rejected(format!("socket directory {}: {why}", dir.display())),
-        )
-    };
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::os(Phase::Exchange, "mkdir(socket dir)", e)),
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| Error::os(Phase::Exchange, "lstat(socket dir)", e))?;
-    if !meta.file_type().is_dir() {
-        return Err(refuse("is not a directory (a symlink is refused)".into()));
-    }
-    let uid = rustix::process::getuid().as_raw();
-    if meta.uid() != uid {
-        return Err(refuse(format!(
-            "is owned by uid {}, not by us ({uid})",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(refuse(format!(
-            "has mode {:o}; it must be 0700 so other users cannot reach the sockets",
-            meta.mode() & 0o777
-        )));
-    }
-    Ok(())
 }
 
 /// A peer socket must be a socket owned by `uid` inside a directory that only `uid`

@@ -12,7 +12,8 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 ///
 /// Writes go to a temporary file renamed into place, so readers see a value whole
 /// or not at all; `add` holds an exclusive `flock` on the directory's lock file.
-/// The directory is created `0700`: other users cannot read tokens from it.
+/// The directory must be private (`0700`, ours, not a symlink): the store holds the
+/// tokens that peers' sockets ask for.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
@@ -22,11 +23,7 @@ impl FileStore {
     /// A store in `dir`, created if missing.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| Error::os(Phase::Publish, "mkdir(store)", e))?;
+        crate::private_dir::ensure(&dir, "store directory", "the tokens in it", Phase::Publish)?;
         Ok(FileStore { dir })
     }
 
@@ -85,8 +82,6 @@ impl FileStore {
     }
 }
 
-use std::os::unix::fs::DirBuilderExt;
-
 impl Store for FileStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         self.write_atomically(&self.path(key), value)
@@ -130,5 +125,34 @@ impl Store for FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::os(Phase::Teardown, "unlink(store)", e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_store_directory_others_can_read_is_refused() {
+        let root = std::env::temp_dir().join(format!("symmwin-store-test-{}", std::process::id()));
+        let fresh = root.join("fresh");
+        let store = FileStore::new(&fresh).unwrap();
+        let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        store.set("k/1", b"v").unwrap();
+        assert_eq!(store.try_get("k/1").unwrap(), Some(b"v".to_vec()));
+        assert_eq!(store.add("n", 5).unwrap(), 5);
+        store.delete("k/1").unwrap();
+        assert_eq!(store.try_get("k/1").unwrap(), None);
+
+        fs::set_permissions(&fresh, fs::Permissions::from_mode(0o755)).unwrap();
+        let err = FileStore::new(&fresh).unwrap_err().to_string();
+        assert!(
+            err.contains("store directory") && err.contains("must be 0700"),
+            "{err}"
+        );
+        fs::remove_dir_all(&root).unwrap();
     }
 }
