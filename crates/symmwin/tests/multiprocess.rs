@@ -249,39 +249,15 @@ fn forge_to_all(dir: &Path) -> usize {
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];
-        let bytes = msg.encode(&mut buf);
-        let sock = rustix::net::socket(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::DGRAM,
-            None,
-        )
-        .unwrap();
-        let addr = rustix::net::SocketAddrUnix::new(entry.path()).unwrap();
         let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
-        control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
-        if rustix::net::sendmsg_addr(
-            &sock,
-            &addr,
-            &[std::io::IoSlice::new(bytes)],
-            &mut control,
-            rustix::net::SendFlags::empty(),
-        )
-        .is_ok()
-        {
+        if common::try_send_raw(&entry.path(), msg.encode(&mut buf), &fds).is_ok() {
             sent += 1;
         }
         // Garbage, too.
-        let _ = rustix::net::sendto(
-            &sock,
-            b"not a message",
-            rustix::net::SendFlags::empty(),
-            &addr,
-        );
+        let _ = common::try_send_raw(&entry.path(), b"not a message", &[]);
     }
     sent
 }

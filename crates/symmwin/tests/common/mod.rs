@@ -322,13 +322,22 @@ impl Rng {
 
 /// Send one datagram with `fds` attached to the socket at `path` (blocking).
 pub fn send_raw(path: &Path, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+    try_send_raw(path, bytes, fds).unwrap();
+}
+
+/// [`send_raw`], reporting failure instead of panicking (for probing sockets that may
+/// refuse).
+pub fn try_send_raw(
+    path: &Path,
+    bytes: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> rustix::io::Result<()> {
     let sock = rustix::net::socket(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::DGRAM,
         None,
-    )
-    .unwrap();
-    let addr = rustix::net::SocketAddrUnix::new(path).unwrap();
+    )?;
+    let addr = rustix::net::SocketAddrUnix::new(path)?;
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
     let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() {
@@ -341,7 +350,7 @@ pub fn send_raw(path: &Path, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) 
         &mut control,
         rustix::net::SendFlags::empty(),
     )
-    .unwrap();
+    .map(drop)
 }
 
 /// Exchange addresses of a fake rank 1 (`ours`) and the real rank 0 (`theirs`).
