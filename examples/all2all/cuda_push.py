@@ -97,6 +97,32 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
   }
 }
 
+// This block's part of the exchange: its assignment, the send chunk for its peer and
+// where that chunk goes (slot `rank` of the peer's window).
+struct Route {
+  Assignment a;
+  char* dst;
+  const char* src;
+};
+
+__device__ __forceinline__ Route route(const char* src, void* const* ptrs, uint64_t base,
+                                       uint64_t stride, int flat, uint64_t dst_off,
+                                       uint64_t chunk, int rank, int world, int remote_bpp,
+                                       int local_blocks) {
+  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
+  return {a, peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk,
+          src + (uint64_t)a.peer * chunk};
+}
+
+// A route that is not 16-byte aligned is copied byte by byte here (true: nothing left to do).
+__device__ __forceinline__ bool copied_unaligned(const Route& r, uint64_t chunk) {
+  if (((uintptr_t)r.dst | (uintptr_t)r.src) & 15) {
+    copy_bytes(r.dst, r.src, chunk, r.a.index, r.a.count);
+    return true;
+  }
+  return false;
+}
+
 template <int UNROLL>
 __global__ void push_simt(const char* __restrict__ src, void* const* __restrict__ ptrs,
                           uint64_t base, uint64_t stride, int flat, uint64_t dst_off,
@@ -109,13 +135,11 @@ __global__ void push_simt(const char* __restrict__ src, void* const* __restrict_
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   }
-  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
-  char* dst = peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk;
-  const char* s = src + (uint64_t)a.peer * chunk;
-  if (((uintptr_t)dst | (uintptr_t)s) & 15) {
-    copy_bytes(dst, s, chunk, a.index, a.count);
-    return;
-  }
+  const Route r = route(src, ptrs, base, stride, flat, dst_off, chunk, rank, world, remote_bpp, local_blocks);
+  if (copied_unaligned(r, chunk)) return;
+  const Assignment a = r.a;
+  char* dst = r.dst;
+  const char* s = r.src;
   const uint4* s4 = reinterpret_cast<const uint4*>(s);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
   const uint64_t nvec = chunk >> 4;
@@ -148,13 +172,11 @@ __global__ void push_tma(const char* __restrict__ src, void* const* __restrict__
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[STAGES];
-  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
-  char* dst = peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk;
-  const char* s = src + (uint64_t)a.peer * chunk;
-  if (((uintptr_t)dst | (uintptr_t)s) & 15) {
-    copy_bytes(dst, s, chunk, a.index, a.count);
-    return;
-  }
+  const Route r = route(src, ptrs, base, stride, flat, dst_off, chunk, rank, world, remote_bpp, local_blocks);
+  if (copied_unaligned(r, chunk)) return;
+  const Assignment a = r.a;
+  char* dst = r.dst;
+  const char* s = r.src;
   if (threadIdx.x != 0) return;
   const uint64_t body = chunk & ~(uint64_t)15;
   const uint64_t ntiles = (body + tile - 1) / tile;
