@@ -49,6 +49,11 @@ typedef enum {
    * A bug: a panic was caught at the boundary.
    */
   SYMMWIN_PANIC = 8,
+  /**
+   * A device-side wait timed out and trapped: the CUDA context is lost and the
+   * process must exit. The last error names the op, channel and peers.
+   */
+  SYMMWIN_CONTEXT_LOST = 9,
 } SymmwinStatus;
 
 /**

@@ -44,6 +44,9 @@ pub enum SymmwinStatus {
     SymmwinError = 7,
     /// A bug: a panic was caught at the boundary.
     SymmwinPanic = 8,
+    /// A device-side wait timed out and trapped: the CUDA context is lost and the
+    /// process must exit. The last error names the op, channel and peers.
+    SymmwinContextLost = 9,
 }
 
 use SymmwinStatus::*;
@@ -96,6 +99,7 @@ fn status_of(err: &symmwin::Error) -> SymmwinStatus {
         ErrorKind::Mismatch { .. } => SymmwinMismatch,
         ErrorKind::PeerLost(_) => SymmwinPeerLost,
         ErrorKind::NoDriver(_) => SymmwinNoDriver,
+        ErrorKind::ContextLost(_) => SymmwinContextLost,
         _ => SymmwinError,
     }
 }
@@ -127,6 +131,10 @@ fn config() -> symmwin::Result<Config> {
 }
 
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
+    if device >= 0 {
+        // After a device wait trapped, say so before anything touches the lost context.
+        symmwin::provider::cuda::check_context()?;
+    }
     let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
