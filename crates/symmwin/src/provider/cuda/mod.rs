@@ -737,7 +737,7 @@ mod tests {
             .iter()
             .all(|&b| b == 0));
 
-        // A timeout traps and loses the context: `device_timeout_traps_*` run it in a
+        // A timeout traps and loses the context: timeout_tests.rs runs it in a
         // child process so the other tests keep theirs.
 
         // Bad arguments never reach the device.
