@@ -1,6 +1,7 @@
 """One rank of a harness.run_world job: set up torch.distributed and the backend, run
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
+import ctypes
 import json
 import os
 import sys
@@ -73,6 +74,9 @@ def main() -> int:
     if ctx.exit_code is not None:
         sys.stdout.flush()
         sys.stderr.flush()
+        # C stdio too: the CUDA driver writes device printf output through it, and
+        # os._exit skips its buffers.
+        ctypes.CDLL(None).fflush(None)
         os._exit(ctx.exit_code)
 
     if result["ok"] and not ctx.keep:

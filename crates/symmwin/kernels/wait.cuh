@@ -201,9 +201,10 @@ __device__ __forceinline__ void format_peers(char* out, uint32_t capacity,
 
 // Records the timeout in the host-mapped record, prints one line, and traps.
 // `peers` lists up to `listed` of the `missing` late peers. Call from one thread only
-// (per timed-out wait or per BlockTimeouts); every caller traps. Not inlined: the
-// formatting stays out of the waits' spin loops.
-__device__ __noinline__ void report_and_trap(const WaitReport& report, uint32_t channel,
+// (per timed-out wait or per BlockTimeouts); every caller traps. Not inlined, so the
+// formatting stays out of the waits' spin loops; `report` by value, so the hot path
+// never spills it to local memory.
+__device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel,
                                              const uint32_t* peers, uint32_t listed,
                                              uint32_t missing, uint64_t waited_ns) {
   listed = listed < kRecordPeers ? listed : kRecordPeers;
@@ -242,7 +243,8 @@ __device__ __forceinline__ void put_or_trap(const WaitReport& report, uint32_t* 
                                             uint32_t peer, uint32_t channel) {
   const uint64_t waited = timed_put(slot, report.timeout_ns);
   if (waited != 0) {
-    report_and_trap(report, channel, &peer, 1, 1, waited);
+    const uint32_t late[1] = {peer};
+    report_and_trap(report, channel, late, 1, 1, waited);
   }
 }
 
@@ -251,7 +253,8 @@ __device__ __forceinline__ void wait_or_trap(const WaitReport& report, uint32_t*
                                              uint32_t peer, uint32_t channel) {
   const uint64_t waited = timed_wait(slot, report.timeout_ns);
   if (waited != 0) {
-    report_and_trap(report, channel, &peer, 1, 1, waited);
+    const uint32_t late[1] = {peer};
+    report_and_trap(report, channel, late, 1, 1, waited);
   }
 }
 
