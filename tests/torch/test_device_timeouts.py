@@ -110,7 +110,7 @@ SOAK_ROUNDS = int(os.environ.get("SYMMWIN_SOAK_ROUNDS", "10000"))
 
 def test_signals_in_time_never_raise():
     outcomes, timed_out = run_ranks(
-        2, "gpu_signal_soak", device="cuda", args={"rounds": SOAK_ROUNDS}, timeout=590
+        2, "gpu_signal_soak", device="cuda", args={"rounds": SOAK_ROUNDS}, timeout=540
     )
     _report(f"{SOAK_ROUNDS} barriers + put/wait pairs, eager and graph replay", outcomes)
     for o in outcomes:

@@ -459,7 +459,9 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
 }
 
 /// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the configured timeout.
+/// memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
+/// on the device). On the device a wait that runs out traps: the stream's next
+/// synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_barrier(
     w: *const SymmwinWindow,
