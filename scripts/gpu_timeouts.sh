@@ -16,6 +16,11 @@ export SYMMWIN_TIMEOUT_REPORT="$out/timeouts_report.txt"
 site="${SYMMWIN_SITE:-/tmp/site}"
 
 if [[ "$step" == rust || "$step" == faults || "$step" == all ]]; then
+  # The CUDA provider's own GPU tests first (signals eager, on two streams), then the
+  # ignored timeout tests.
+  timeout 120 "$bin/symmwin-lib-tests" provider::cuda --nocapture --test-threads=1 \
+    > "$out/rust_cuda.log" 2>&1
+  echo "rust CUDA provider tests: exit $?; $(grep -E '^test result' "$out/rust_cuda.log")"
   timeout 120 "$bin/symmwin-lib-tests" --ignored --nocapture --test-threads=1 --exact \
     provider::cuda::timeout_tests::ten_thousand_barriers_and_signal_pairs_raise_nothing \
     provider::cuda::timeout_tests::device_timeout_traps_then_every_call_reports_it \
