@@ -193,7 +193,7 @@ impl Signals for CudaSignals {
         if pads.world == 1 {
             return self.check_errors();
         }
-        let mut report = self.report(WaitOp::Barrier, &args, timeout)?;
+        let mut report = self.wait_report(WaitOp::Barrier, args.rank, timeout)?;
         let block = args.world.div_ceil(32) * 32;
         let mut params = [
             arg(&mut args.base),
@@ -229,10 +229,18 @@ impl Signals for CudaSignals {
 }
 
 impl CudaSignals {
-    /// The kernel argument saying where and how a timed-out wait of `op` reports.
-    fn report(&self, op: WaitOp, args: &PadArgs, timeout: Duration) -> Result<WaitReport> {
+    /// The kernel argument (`symmwin::WaitReport` of `kernels/wait.cuh`) saying where
+    /// and how a timed-out wait of `op` by `rank` reports; `timeout` zero means the
+    /// default. Other kernels of this provider that wait for peers pass it too, so
+    /// every device timeout lands in the one record this provider checks.
+    pub(super) fn wait_report(
+        &self,
+        op: WaitOp,
+        rank: u32,
+        timeout: Duration,
+    ) -> Result<WaitReport> {
         let record = &self.kernels()?.record;
-        Ok(record.report(op, args.rank, self.timeout_ns(timeout)))
+        Ok(record.report(op, rank, self.timeout_ns(timeout)))
     }
 
     fn point_to_point(
@@ -246,7 +254,7 @@ impl CudaSignals {
     ) -> Result<()> {
         let mut args = PadArgs::check(pads, channel)?;
         let mut peer = check_peer(pads, peer)?;
-        let mut report = self.report(op, &args, timeout)?;
+        let mut report = self.wait_report(op, args.rank, timeout)?;
         let mut params = [
             arg(&mut args.base),
             arg(&mut args.stride),
