@@ -17,6 +17,7 @@ declare -A entries=(
 # The only outside function a module may call: device printf, which the driver's JIT
 # resolves at cuModuleLoadData. Anything else would fail to load without a linker.
 allowed_extern='vprintf'
+ptxas="$(dirname "$(command -v "$NVCC")")/ptxas"
 
 build() {
   local name="$1" src="$here/$1.cu" tmp="$here/$1.ptx.tmp"
@@ -35,6 +36,12 @@ build() {
     awk '{print $NF}' | grep -vxE "$allowed_extern" || true)"
   if [[ -n "$externs" ]]; then
     echo "build_ptx.sh: $name.cu calls functions outside its module: $externs" >&2
+    rm -f "$tmp"
+    exit 1
+  fi
+  # What cuModuleLoadData will do: assemble the module alone, with nothing to link.
+  if [[ -x "$ptxas" ]] && ! "$ptxas" -arch=sm_90 -o /dev/null "$tmp"; then
+    echo "build_ptx.sh: the PTX of $name.cu does not assemble on its own" >&2
     rm -f "$tmp"
     exit 1
   fi

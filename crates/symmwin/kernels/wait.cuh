@@ -57,6 +57,9 @@ __device__ __forceinline__ const char* op_name(uint32_t op) {
 // counts them all.
 constexpr uint32_t kRecordPeers = 16;
 
+// How long a reporting thread waits between its printf and the trap.
+constexpr uint64_t kTrapDelayNs = 1000000;
+
 // `TimeoutRecord::state` once every other field is written ("SYMW").
 constexpr uint32_t kRecordComplete = 0x53594d57u;
 
@@ -235,6 +238,13 @@ __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel
       "process must exit\n",
       op_name(report.op), report.rank, channel, tenths_ms / 10ull, tenths_ms % 10ull,
       static_cast<unsigned long long>(report.timeout_ns / 1000000ull), peer_list);
+  // The trap aborts the kernel at once; give the printf entry (and the record) time
+  // to land in memory first, or the line can be lost.
+  __threadfence_system();
+  const uint64_t flushed = global_timer_ns() + kTrapDelayNs;
+  while (global_timer_ns() < flushed) {
+    __nanosleep(1000);
+  }
   __trap();
 }
 
