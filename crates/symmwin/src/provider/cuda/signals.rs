@@ -144,11 +144,12 @@ impl CudaSignals {
         }
     }
 
-    /// Launches `function` with `params`; the hot path allocates and formats nothing.
+    /// Launches the kernel of `op` with `params`; the hot path allocates and formats
+    /// nothing.
     #[inline]
     fn launch(
         &self,
-        pick: fn(&Kernels) -> sys::CUfunction,
+        op: WaitOp,
         block: u32,
         stream: StreamHandle,
         params: &mut [*mut c_void],
@@ -161,8 +162,16 @@ impl CudaSignals {
         // this context, which is current; the pad addresses were bounds-checked, and the
         // timeout record lives as long as the module. The stream is the caller's, on this
         // device (0 is the legacy default stream).
-        unsafe { driver::launch_kernel(pick(kernels), 1, block, stream as sys::CUstream, params) }
-            .phase(Phase::Signal)
+        unsafe {
+            driver::launch_kernel(
+                kernels.function(op),
+                1,
+                block,
+                stream as sys::CUstream,
+                params,
+            )
+        }
+        .phase(Phase::Signal)
     }
 }
 
@@ -202,7 +211,7 @@ impl Signals for CudaSignals {
             arg(&mut args.channel),
             arg(&mut report),
         ];
-        self.launch(|k| k.barrier, block, stream, &mut params)
+        self.launch(WaitOp::Barrier, block, stream, &mut params)
     }
 
     fn put(
@@ -263,11 +272,7 @@ impl CudaSignals {
             arg(&mut args.channel),
             arg(&mut report),
         ];
-        let pick: fn(&Kernels) -> sys::CUfunction = match op {
-            WaitOp::PutSignal => |k| k.put,
-            _ => |k| k.wait,
-        };
-        self.launch(pick, 1, stream, &mut params)
+        self.launch(op, 1, stream, &mut params)
     }
 }
 
@@ -357,6 +362,14 @@ unsafe impl Send for Kernels {}
 unsafe impl Sync for Kernels {}
 
 impl Kernels {
+    fn function(&self, op: WaitOp) -> sys::CUfunction {
+        match op {
+            WaitOp::Barrier => self.barrier,
+            WaitOp::PutSignal => self.put,
+            WaitOp::WaitSignal => self.wait,
+        }
+    }
+
     fn load(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, LoadFailure> {
         let ptx = ptx_image().map_err(|_| LoadFailure::NotBuilt)?;
         let _guard = ctx.enter()?;
