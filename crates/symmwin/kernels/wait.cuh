@@ -15,8 +15,9 @@
 // A wait that returns quietly would let a program go on as if every peer had arrived.
 //
 // Interface, for a kernel file that includes this header:
-//   - take a `symmwin::WaitReport` by value as a kernel argument (the host builds it:
-//     record address, timeout, rank, op id);
+//   - take a `symmwin::WaitReport` by value as a kernel argument (the host builds it
+//     with `CudaSignals::wait_report` in signals.rs: record address, timeout, rank,
+//     op id);
 //   - wait with `put_or_trap` / `wait_or_trap` (one thread, one peer), or, when several
 //     threads of a block wait for different peers (a barrier), with `timed_put` /
 //     `timed_wait` and a shared `BlockTimeouts` so one report names every late peer;
