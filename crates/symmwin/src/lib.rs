@@ -35,6 +35,7 @@ pub mod error;
 pub mod exchange;
 pub mod group;
 pub mod layout;
+mod limits;
 mod private_dir;
 pub mod probe;
 pub mod provider;
@@ -42,6 +43,7 @@ pub mod registry;
 pub mod rendezvous;
 pub mod signal;
 pub mod store;
+mod text;
 pub mod token;
 pub mod window;
 
