@@ -8,9 +8,20 @@ fn read_number(path: &str) -> Option<usize> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Mappings this process has now.
-pub(crate) fn mapping_count() -> usize {
-    std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
+/// Mappings this process has now (`None` if they cannot be counted). Counted through a
+/// small buffer: near the limit, a buffer as large as the whole list may be refused.
+pub(crate) fn mapping_count() -> Option<usize> {
+    use std::io::Read;
+    let mut maps = std::fs::File::open("/proc/self/maps").ok()?;
+    let mut buf = [0u8; 16 * 1024];
+    let mut lines = 0;
+    loop {
+        match maps.read(&mut buf) {
+            Ok(0) => return Some(lines),
+            Ok(n) => lines += buf[..n].iter().filter(|&&b| b == b'\n').count(),
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Mappings below `vm.max_map_count` at which a failed mmap is blamed on it: a
@@ -23,7 +34,9 @@ pub(crate) fn mmap_error(phase: Phase, call: &'static str, errno: rustix::io::Er
     if errno == rustix::io::Errno::NOMEM {
         let max = read_number("/proc/sys/vm/max_map_count");
         let count = mapping_count();
-        if let Some(max) = max.filter(|&max| count + MAP_COUNT_MARGIN >= max) {
+        let near = |max: usize| count.is_none_or(|count| count + MAP_COUNT_MARGIN >= max);
+        if let Some(max) = max.filter(|&max| near(max)) {
+            let count = count.map_or("about as many".to_owned(), |c| c.to_string());
             return Error::new(
                 phase,
                 ErrorKind::Limit(format!(
@@ -41,7 +54,10 @@ pub(crate) fn mmap_error(phase: Phase, call: &'static str, errno: rustix::io::Er
 /// The error for a round that timed out after the kernel dropped `dropped`
 /// messages' fds (`MSG_CTRUNC`) while `waiting` ranks were still missing.
 pub(crate) fn fd_limit_error(dropped: u64, waiting: &[usize]) -> Error {
-    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    // Listing the fds needs one more; failing to is itself a sign that none is left.
+    let open = std::fs::read_dir("/proc/self/fd").map_or("every one in use".to_owned(), |d| {
+        format!("{} open", d.count())
+    });
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .map_or("unlimited".to_owned(), |l| l.to_string());
@@ -50,7 +66,7 @@ pub(crate) fn fd_limit_error(dropped: u64, waiting: &[usize]) -> Error {
         ErrorKind::Limit(format!(
             "{dropped} handle message(s) arrived with their file descriptors dropped by the \
              kernel, because this process is at its open-file limit (RLIMIT_NOFILE {limit}, \
-             {open} open); raise it (`ulimit -n`) above the world size plus the fds in use. \
+             {open}); raise it (`ulimit -n`) above the world size plus the fds in use. \
              Still waiting for rank(s) {}",
             crate::text::ranks(waiting)
         )),
