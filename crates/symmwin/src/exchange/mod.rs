@@ -123,6 +123,7 @@ impl Endpoint {
             )
         })?;
         rustix::net::bind(&socket, &addr).map_err(|e| Error::os(Phase::Exchange, "bind", e))?;
+        own_sockets().push(path.clone());
         // The directory already shuts out other users; the mode is a second lock.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Error::os(Phase::Exchange, "chmod(socket)", e))?;
@@ -485,8 +486,27 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        own_sockets().retain(|p| p != &self.path);
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Socket paths this process has bound and not yet removed.
+fn own_sockets() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    static OWN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    OWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove the socket files of every endpoint of this process, for process exit:
+/// groups and windows kept alive until then (by statics, or by objects an
+/// interpreter never destroys) would otherwise leave them behind. Endpoints stay
+/// usable locally; no peer can reach them afterwards. The number removed.
+pub fn remove_own_sockets() -> usize {
+    let paths: Vec<PathBuf> = own_sockets().drain(..).collect();
+    paths
+        .iter()
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
 }
 
 #[derive(Debug)]
