@@ -83,8 +83,11 @@ pub(crate) struct CallbackStore {
 impl CallbackStore {
     pub(crate) fn new(store: SymmwinStore) -> Self {
         // SAFETY: a non-null `describe` is a NUL-terminated string valid for this call.
-        let describe = (!store.describe.is_null())
-            .then(|| unsafe { CStr::from_ptr(store.describe) }.to_string_lossy().into_owned());
+        let describe = (!store.describe.is_null()).then(|| {
+            unsafe { CStr::from_ptr(store.describe) }
+                .to_string_lossy()
+                .into_owned()
+        });
         CallbackStore {
             identity: store.identity,
             describe,

@@ -277,7 +277,7 @@ fn a_rank_that_passed_foreign_memory_is_named_on_every_rank() {
         .map(|r| registries[r].alloc(provider.clone(), 4096).unwrap())
         .collect();
     // Rank 1 passes memory that is not symmwin's: None, no store round trip.
-    let foreign = vec![0u8; 64];
+    let foreign = [0u8; 64];
     assert!(registries[1]
         .rendezvous(foreign.as_ptr() as usize, &groups[1], 0)
         .unwrap()
