@@ -193,7 +193,8 @@ SymmwinStore make_store(
     const std::string& describe) {
   SymmwinStore s{};
   // The core holds the store while the group is registered, so its address cannot be
-  // reused by another store in that time: it identifies the process group's store.
+  // reused by another store in that time: it identifies the process group's store
+  // (ensure_group compares it the same way).
   s.identity = reinterpret_cast<uintptr_t>(store.get());
   s.describe = describe.c_str();
   s.ctx = new StoreRef{std::move(store)};
@@ -231,6 +232,10 @@ std::vector<int> global_ranks_of(const c10::intrusive_ptr<c10d::ProcessGroup>& p
 void ensure_group(const std::string& name, int device) {
   auto pg = c10d::resolve_process_group(name);
   auto store = pg->getStore();
+  if (symmwin_group_matches(
+          name.c_str(), device, reinterpret_cast<uintptr_t>(store.get()))) {
+    return;
+  }
   const std::string describe = describe_store(store);
   const auto globals = global_ranks_of(pg);
   clear_store_error();

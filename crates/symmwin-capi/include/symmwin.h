@@ -236,6 +236,12 @@ size_t symmwin_release_groups(const char *name);
 size_t symmwin_remove_sockets(void);
 
 /**
+ * 1 if group `name` is registered for `device` with the store `identity` (see
+ * `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+ */
+int symmwin_group_matches(const char *name, int device, uint64_t identity);
+
+/**
  * 1 if group `name` is registered for `device`, else 0.
  */
 int symmwin_group_exists(const char *name, int device);

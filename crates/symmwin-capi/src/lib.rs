@@ -342,6 +342,24 @@ pub extern "C" fn symmwin_remove_sockets() -> usize {
     catch_unwind(symmwin::exchange::remove_own_sockets).unwrap_or(0)
 }
 
+/// 1 if group `name` is registered for `device` with the store `identity` (see
+/// `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_group_matches(
+    name: *const c_char,
+    device: c_int,
+    identity: u64,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: as for every string argument.
+        let Ok(name) = (unsafe { str_arg(name, "group name") }) else {
+            return 0;
+        };
+        c_int::from(REGISTRY.has_group_for(name, device, identity))
+    }))
+    .unwrap_or(0)
+}
+
 /// 1 if group `name` is registered for `device`, else 0.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_exists(name: *const c_char, device: c_int) -> c_int {

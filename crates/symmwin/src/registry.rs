@@ -81,6 +81,13 @@ impl Registry {
             .map(|(g, _)| g.clone())
     }
 
+    /// True when group `name` on `device` is registered for the store `store_id`.
+    pub fn has_group_for(&self, name: &str, device: i32, store_id: u64) -> bool {
+        lock(&self.groups)
+            .get(&(name.to_owned(), device))
+            .is_some_and(|(_, id)| *id == store_id)
+    }
+
     /// The group `name` on `device` made for the store whose identity is `store_id`,
     /// created with `make` on first use. A group registered under that name for
     /// another store (the process group was destroyed and a new one took its name)
