@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -51,12 +52,14 @@ def run_world(
     args: dict | None = None,
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
+    killed: tuple[int, ...] = (),
 ) -> list:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
 
     `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
     rank). Raises WorldFailed with every rank's error and output if any rank raised,
-    exited non-zero or ran past `timeout`.
+    exited non-zero or ran past `timeout`. Ranks in `killed` must die of SIGKILL
+    (their value is None).
     """
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp:
@@ -99,6 +102,11 @@ def run_world(
             log.close()
             result_file = tmp / f"{rank}.json"
             result = json.loads(result_file.read_text()) if result_file.exists() else None
+            if rank in killed:
+                values.append(None)
+                if p.returncode != -signal.SIGKILL:
+                    problems.append(f"--- rank {rank}: exit {p.returncode}, expected SIGKILL\n{output[-4000:]}")
+                continue
             if result is not None and result["ok"]:
                 values.append(result["value"])
             else:

@@ -104,3 +104,23 @@ def store_host_stopped(ctx):
     waited = time.monotonic() - start
     os.kill(pids[0], signal.SIGCONT)
     return {"first": first, "error": error, "waited": waited}
+
+
+def store_host_killed(ctx):
+    """Rank 0 (which serves the TCPStore) is killed; rank 1's rendezvous must say the
+    store's host died. The dead peer leaves the process group unusable, so it is left
+    to the interpreter's teardown (ctx.keep)."""
+    first = _exchange(ctx, 1 + ctx.rank)
+    dist.barrier()
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # rank 0 is gone by now
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    ctx.keep.append(t)
+    start = time.monotonic()
+    try:
+        symm_mem.rendezvous(t, dist.group.WORLD)
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    return {"first": first, "error": error, "waited": time.monotonic() - start}

@@ -46,3 +46,12 @@ def test_a_stopped_store_host_is_named_within_the_timeout():
     assert "store is unreachable" in r["error"], r["error"]
     assert "TCPStore at 127.0.0.1:" in r["error"], r["error"]
     assert r["waited"] < 3.5, r["waited"]
+
+
+def test_a_killed_store_host_is_named_as_dead():
+    results = run_world(2, "store_host_killed", env={"SYMMWIN_TIMEOUT_MS": "3000"}, killed=(0,), timeout=60)
+    r = results[1]
+    assert r["error"] is not None
+    assert "has died or exited" in r["error"], r["error"]
+    assert "TCPStore at 127.0.0.1:" in r["error"], r["error"]
+    assert r["waited"] < 3.5, r["waited"]
