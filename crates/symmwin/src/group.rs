@@ -186,11 +186,6 @@ impl Group {
         self.shared.foreign_calls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// True when `self` and `other` are the same group object (clones of one join).
-    pub fn same_as(&self, other: &Group) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
-    }
-
     /// Pad pool windows this rank holds (diagnostics: they never grow per window).
     pub fn pad_pool_count(&self) -> usize {
         self.shared.pads.pool_count()
