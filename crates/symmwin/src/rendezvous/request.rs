@@ -117,10 +117,10 @@ impl Request {
 
 /// Check that all requests agree; the error names the field and who holds what.
 pub fn validate(requests: &[Request]) -> Result<()> {
-    fn agree<T: PartialEq + std::fmt::Debug>(
-        requests: &[Request],
+    fn agree<'a, T: PartialEq + std::fmt::Debug>(
+        requests: &'a [Request],
         field: &'static str,
-        get: impl Fn(&Request) -> T,
+        get: impl Fn(&'a Request) -> T,
     ) -> Result<()> {
         let first = get(&requests[0]);
         if requests.iter().all(|r| get(r) == first) {
@@ -130,7 +130,7 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         for r in requests {
             // Values come from peers (a host name may be anything): echo a bounded part.
             groups
-                .entry(crate::text::clip(&format!("{:?}", get(r))))
+                .entry(crate::text::debug_clipped(&get(r)))
                 .or_default()
                 .push(r.rank);
         }
@@ -153,7 +153,7 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         return Err(Error::invalid("no requests to validate"));
     }
     agree(requests, "version", |r| r.version)?;
-    agree(requests, "group", |r| r.group.clone())?;
+    agree(requests, "group", |r| r.group.as_str())?;
     agree(requests, "seq", |r| r.seq)?;
     agree(requests, "world", |r| r.world)?;
     agree(requests, "provider", |r| r.provider)?;
@@ -162,7 +162,7 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "alloc_size", |r| r.alloc_size)?;
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
-    agree(requests, "host", |r| r.host.clone())?;
+    agree(requests, "host", |r| r.host.as_str())?;
     agree(requests, "uid", |r| r.uid)?;
     agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|mut e| {
         if let ErrorKind::Mismatch { detail, .. } = &mut e.kind {
