@@ -7,6 +7,7 @@ from torch's pristine backend registry: `set_backend` only works before first us
 from __future__ import annotations
 
 import json
+import signal
 import os
 import socket
 import subprocess
@@ -120,16 +121,23 @@ def run_world(
     args: dict | None = None,
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
+    killed: tuple[int, ...] = (),
 ) -> list:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
 
     `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
     rank). Raises WorldFailed with every rank's error and output if any rank raised,
-    exited non-zero or ran past `timeout`.
+    exited non-zero or ran past `timeout`. Ranks in `killed` must die of SIGKILL
+    (their value is None).
     """
     outcomes, timed_out = run_ranks(world, scenario, device=device, args=args, timeout=timeout, env=env)
     values, problems = [], []
     for o in outcomes:
+        if o.rank in killed:
+            values.append(None)
+            if o.returncode != -signal.SIGKILL:
+                problems.append(f"--- rank {o.rank}: exit {o.returncode}, expected SIGKILL\n{o.output[-4000:]}")
+            continue
         result = o.result
         values.append(result["value"] if result is not None and result["ok"] else None)
         if result is None or not result["ok"] or o.returncode != 0:

@@ -52,6 +52,8 @@ def basic(ctx):
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
     hdl.barrier()
     seen = [_values(hdl.get_buffer(peer, (n,), torch.float32))[:: n // 4] for peer in range(ctx.world)]
+    # Everyone has read before anyone overwrites (index 0 of rank 0's buffer is both).
+    hdl.barrier(channel=2)
 
     # Write into every peer's buffer at our own index, then read what peers wrote.
     for peer in range(ctx.world):

@@ -16,6 +16,8 @@ class Ctx:
     world: int
     device: str  # "cpu" or "cuda:<index>"
     args: dict
+    # The port of the job's TCPStore (for scenarios that re-initialise on it).
+    port: int = 0
     # Objects a scenario wants alive at interpreter exit.
     keep: list = field(default_factory=list)
     # Set by a scenario whose process cannot tear down normally (a lost CUDA context,
@@ -42,6 +44,7 @@ def main() -> int:
     import torch.distributed._symmetric_memory as symm_mem
 
     import symmwin
+    import hostile_scenarios
     import scenarios
 
     if device == "cuda":
@@ -64,9 +67,10 @@ def main() -> int:
     if not args.get("torch_backend"):
         symm_mem.set_backend(backend)
 
-    ctx = Ctx(rank, world, device, args)
+    ctx = Ctx(rank, world, device, args, port=int(port))
+    module = scenarios if hasattr(scenarios, scenario) else hostile_scenarios
     try:
-        result = {"ok": True, "value": getattr(scenarios, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, scenario)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:
@@ -79,7 +83,7 @@ def main() -> int:
         ctypes.CDLL(None).fflush(None)
         os._exit(ctx.exit_code)
 
-    if result["ok"] and not ctx.keep:
+    if result["ok"] and not ctx.keep and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     # With ctx.keep, handles, tensors and the process group are left for the

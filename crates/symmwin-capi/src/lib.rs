@@ -263,9 +263,11 @@ pub unsafe extern "C" fn symmwin_alloc_info(
     })
 }
 
-/// Register group `name` for `device`. Idempotent: a second call with the same rank
-/// and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
-/// Takes ownership of `store` in every case.
+/// Register group `name` for `device`. Idempotent: a second call for the same store
+/// (`store.identity`) with the same rank and world is a no-op (its store is
+/// released); a call with another identity replaces the group registered under that
+/// name (a process group destroyed and made again). `global_ranks` may be NULL
+/// (identity). Takes ownership of `store` in every case.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_init(
     name: *const c_char,
@@ -286,13 +288,20 @@ pub unsafe extern "C" fn symmwin_group_init(
                 )))
             }
         };
+        if world > symmwin::group::MAX_WORLD {
+            return Err(symmwin::Error::invalid(format!(
+                "world size {world} is larger than symmwin supports ({})",
+                symmwin::group::MAX_WORLD
+            )));
+        }
         let globals = if global_ranks.is_null() {
             Vec::new()
         } else {
             // SAFETY: the caller passes `world` ints when the pointer is non-null.
             unsafe { std::slice::from_raw_parts(global_ranks, world) }.to_vec()
         };
-        let group = REGISTRY.group_or_insert(name, device, || {
+        let identity = store.identity();
+        let group = REGISTRY.group_or_insert(name, device, identity, || {
             Group::new(
                 GroupSpec {
                     name: name.to_owned(),
@@ -314,6 +323,49 @@ pub unsafe extern "C" fn symmwin_group_init(
         }
         Ok(SymmwinOk)
     })
+}
+
+/// Forget group `name` (every group when `name` is NULL) and release its store, on
+/// every device: the process group is gone. Windows made on it stay valid. Returns
+/// the number of groups released.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_release_groups(name: *const c_char) -> usize {
+    catch_unwind(AssertUnwindSafe(|| {
+        if name.is_null() {
+            return REGISTRY.release_groups(None);
+        }
+        // SAFETY: as for every string argument.
+        match unsafe { str_arg(name, "group name") } {
+            Ok(name) => REGISTRY.release_groups(Some(name)),
+            Err(_) => 0,
+        }
+    }))
+    .unwrap_or(0)
+}
+
+/// Remove the socket files of this process's groups (at process exit: windows that
+/// are still alive keep working locally, but no peer can reach this process again).
+#[no_mangle]
+pub extern "C" fn symmwin_remove_sockets() -> usize {
+    catch_unwind(symmwin::exchange::remove_own_sockets).unwrap_or(0)
+}
+
+/// 1 if group `name` is registered for `device` with the store `identity` (see
+/// `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_group_matches(
+    name: *const c_char,
+    device: c_int,
+    identity: u64,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: as for every string argument.
+        let Ok(name) = (unsafe { str_arg(name, "group name") }) else {
+            return 0;
+        };
+        c_int::from(REGISTRY.has_group_for(name, device, identity))
+    }))
+    .unwrap_or(0)
 }
 
 /// 1 if group `name` is registered for `device`, else 0.

@@ -83,7 +83,10 @@ pub enum ErrorKind {
         detail: String,
     },
     /// Some ranks did not arrive in time.
-    #[error("timed out after {waited:?} waiting for rank(s) {missing:?}")]
+    #[error(
+        "timed out after {waited:?} waiting for rank(s) {}",
+        crate::text::ranks(missing)
+    )]
     Timeout {
         /// Ranks that never answered.
         missing: Vec<usize>,
@@ -110,6 +113,9 @@ pub enum ErrorKind {
     /// An argument is out of range or inconsistent.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An operating-system limit was hit; the message names it and how to raise it.
+    #[error("resource limit: {0}")]
+    Limit(String),
     /// The requested configuration cannot be honoured (e.g. fabric handles without IMEX).
     #[error("unsupported: {0}")]
     Unsupported(String),

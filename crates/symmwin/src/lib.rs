@@ -36,6 +36,7 @@ pub mod error;
 pub mod exchange;
 pub mod group;
 pub mod layout;
+mod limits;
 mod private_dir;
 pub mod probe;
 pub mod provider;
@@ -43,6 +44,7 @@ pub mod registry;
 pub mod rendezvous;
 pub mod signal;
 pub mod store;
+mod text;
 pub mod token;
 pub mod window;
 

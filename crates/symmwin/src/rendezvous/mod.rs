@@ -207,6 +207,9 @@ impl Group {
             pad_size: pads.pad_size,
             pad_pools: pads.pools,
             pad_free: pads.free.clone(),
+            foreign_calls: shared
+                .foreign_calls
+                .load(std::sync::atomic::Ordering::Relaxed),
             pid: std::process::id(),
             uid: rustix::process::getuid().as_raw(),
             host: shared.host.clone(),
@@ -223,20 +226,26 @@ impl Group {
         // for a handle that will never come longer than the timeout.
         let handle = memory.export()?;
         lap(&mut times.export_us);
-        shared
-            .store
-            .set(&own_key, &request.encode())
-            .map_err(|e| Error {
-                phase: Phase::Publish,
-                ..e
-            })?;
+        let deadline = Instant::now() + shared.timeout;
+        let (key, value) = (own_key.clone(), request.encode());
+        store::deadline::call(
+            &shared.store,
+            deadline,
+            Phase::Publish,
+            || format!("set({own_key})"),
+            move |s| s.set(&key, &value),
+        )
+        .map_err(|e| Error {
+            phase: Phase::Publish,
+            ..e
+        })?;
         lap(&mut times.publish_us);
 
         let result = (|| {
             let keys: Vec<String> = (0..shared.world)
                 .map(|r| shared.namespace.request(seq, r))
                 .collect();
-            let values = store::gather(shared.store.as_ref(), &keys, shared.timeout)?;
+            let values = store::gather_by(&shared.store, keys.clone(), deadline)?;
             let requests = values
                 .iter()
                 .enumerate()
@@ -307,10 +316,24 @@ impl Group {
         // the key (and those of earlier failures, which every peer has moved past) can go.
         if result.is_ok() {
             state.stale_keys.push(own_key);
-            for key in state.stale_keys.drain(..) {
-                if let Err(e) = shared.store.delete(&key) {
-                    tracing::warn!("symmwin rank {}: could not delete {key}: {e}", shared.rank);
-                }
+            let keys: Vec<String> = state.stale_keys.drain(..).collect();
+            let rank = shared.rank;
+            let deleted = store::deadline::call(
+                &shared.store,
+                Instant::now() + shared.timeout,
+                Phase::Teardown,
+                || "deleting our request keys".into(),
+                move |s| {
+                    for key in &keys {
+                        if let Err(e) = s.delete(key) {
+                            tracing::warn!("symmwin rank {rank}: could not delete {key}: {e}");
+                        }
+                    }
+                    Ok(())
+                },
+            );
+            if let Err(e) = deleted {
+                tracing::warn!("symmwin rank {rank}: {e}");
             }
         } else {
             state.stale_keys.push(own_key);
