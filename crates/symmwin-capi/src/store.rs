@@ -146,4 +146,8 @@ impl Store for CallbackStore {
             _ => Err(failed("delete", k)),
         }
     }
+
+    fn describe(&self) -> String {
+        "the process group's c10d store".to_owned()
+    }
 }

@@ -52,6 +52,14 @@ pub(crate) struct GroupShared {
     pub(crate) state: Mutex<GroupState>,
 }
 
+impl GroupShared {
+    /// Give an error this rank's context: its rank, and the subgroup when group
+    /// ranks are not global ranks.
+    pub(crate) fn context(&self, e: Error) -> Error {
+        e.at_rank(self.rank).in_group(&self.name, &self.global_ranks)
+    }
+}
+
 pub(crate) struct GroupState {
     pub(crate) next_seq: u64,
     pub(crate) endpoint: Endpoint,

@@ -93,7 +93,7 @@ impl Window {
         self.inner
             .layout
             .slot(rank)
-            .map_err(|e| e.at_rank(self.rank()))
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Addresses of every rank's memory, in rank order.
@@ -176,7 +176,7 @@ impl Window {
             .group
             .provider
             .upload(&words())
-            .map_err(|e| e.at_rank(self.rank()))?;
+            .map_err(|e| self.inner.group.context(e))?;
         let ptr = table.ptr();
         *slot = Some(table);
         Ok(ptr)
@@ -212,7 +212,7 @@ impl Window {
             &pads,
             self.timeout(timeout),
         )
-        .map_err(|e| e.at_rank(self.rank()))
+        .map_err(|e| self.inner.group.context(e))
     }
 
     /// Signal every peer on `channel` and wait for all of them. `stream` orders the
@@ -256,7 +256,7 @@ impl Window {
             .provider
             .signals()
             .check_errors()
-            .map_err(|e| e.at_rank(self.rank()))
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Wait for the signal operations enqueued on `stream`, then report any timeout.
@@ -266,7 +266,7 @@ impl Window {
             .provider
             .signals()
             .synchronize(stream)
-            .map_err(|e| e.at_rank(self.rank()))
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Zero `len` bytes of this rank's slot at `offset` (complete on return).

@@ -379,7 +379,7 @@ const CASES: &[Case] = &[
     (
         "wait_signal nobody answers",
         |c| err(c.pair.windows[0].wait_signal(1, 5, Some(Duration::from_millis(50)), 0)),
-        &["peer 1", "timed out after 50ms waiting for rank(s) [1]"],
+        &["peer 1", "timed out after 0.05 s waiting for rank(s) [1]"],
     ),
     (
         "barrier on a window without pads",
@@ -542,7 +542,7 @@ const CASES: &[Case] = &[
         },
         &[
             "[exchange]",
-            "timed out after 300ms waiting for rank(s) [1]",
+            "timed out after 0.30 s waiting for rank(s) [1]",
         ],
     ),
     // --- what peers send

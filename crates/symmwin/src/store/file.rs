@@ -126,6 +126,10 @@ impl Store for FileStore {
             Err(e) => Err(Error::os(Phase::Teardown, "unlink(store)", e)),
         }
     }
+
+    fn describe(&self) -> String {
+        format!("store {}", self.dir.display())
+    }
 }
 
 #[cfg(test)]

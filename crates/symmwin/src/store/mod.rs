@@ -23,6 +23,10 @@ pub trait Store: Send + Sync {
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
     /// Remove `key`; removing a missing key is not an error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// Where the keys live, for error messages ("store /dev/shm/job-1").
+    fn describe(&self) -> String {
+        "the job's store".to_owned()
+    }
 }
 
 /// Wait for every key in `keys`, returning the values in order. On timeout the
@@ -82,5 +86,10 @@ impl Namespace {
     /// The key for `rank`'s request of rendezvous number `seq`.
     pub fn request(&self, seq: u64, rank: usize) -> String {
         format!("{}{seq}/req/{rank}", self.prefix)
+    }
+
+    /// Where a second process claiming `rank` in rendezvous `seq` leaves its pid.
+    pub fn duplicate(&self, seq: u64, rank: usize) -> String {
+        format!("{}{seq}/dup/{rank}", self.prefix)
     }
 }
