@@ -20,6 +20,7 @@ allocation::
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from typing import Any
 
@@ -38,6 +39,8 @@ except ImportError as e:
     ) from e
 
 __all__ = [
+    "__version__",
+    "TimeoutError",
     "BACKEND",
     "HOST_BACKEND",
     "flat_layout",
@@ -53,7 +56,19 @@ BACKEND = "SYMMWIN"
 HOST_BACKEND = "SYMMWIN_HOST"
 """Backend name for CPU tensors, to pass to ``symm_mem.set_backend``."""
 
+try:
+    __version__ = importlib.metadata.version("symmwin")
+except importlib.metadata.PackageNotFoundError:  # an in-place build, not installed
+    __version__ = "0+unknown"
+
+# Raises here, at import, when a SYMMWIN_* variable is invalid.
 _C.register()
+
+TimeoutError = _C.TimeoutError
+"""symmwin's own timeouts: a rendezvous or host-side wait whose peers did not come
+in time, and the error reported after a device-side wait timed out. A subclass of
+``torch.distributed.DistBackendError`` (itself a ``RuntimeError``). The error torch
+raises at a ``synchronize`` after a device trap stays torch's."""
 
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
@@ -81,18 +96,27 @@ def rank_to_global(hdl: Any) -> list[int]:
     return _C.rank_to_global(hdl)
 
 
-def handle_type(device: int | None = None) -> str:
+def handle_type(device: int | str | torch.device | None = None) -> str:
     """Return the memory handle type symmwin uses on a device.
 
     Args:
-        device: CUDA device index, or -1 for host memory. ``None`` means the current
-            CUDA device when CUDA is available, else host memory.
+        device: a ``torch.device`` (or its string, ``"cuda:1"``, ``"cpu"``), a CUDA
+            device index, or -1 for host memory. ``None`` means the current CUDA
+            device when CUDA is available, else host memory.
 
     Returns:
         ``"posix_fd"`` or ``"fabric"`` (as probed, or as configured).
     """
     if device is None:
         device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    elif not isinstance(device, int):
+        device = torch.device(device)
+        if device.type == "cpu":
+            device = -1
+        elif device.type == "cuda":
+            device = device.index if device.index is not None else torch.cuda.current_device()
+        else:
+            raise ValueError(f"symmwin: no memory for device type {device.type!r} (cuda or cpu)")
     return _C.handle_type(device)
 
 

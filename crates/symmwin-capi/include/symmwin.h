@@ -178,6 +178,13 @@ extern "C" {
 const char *symmwin_last_error(void);
 
 /**
+ * Check the `SYMMWIN_*` environment and set up `SYMMWIN_LOG`, so that a bad value is
+ * reported when the caller starts (e.g. at `import symmwin`), not at its first
+ * rendezvous. Every other call does the same on first use.
+ */
+SymmwinStatus symmwin_init(void);
+
+/**
  * Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
  */
 SymmwinStatus symmwin_alloc(int device, size_t size, void **out);
@@ -201,13 +208,15 @@ SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
 /**
  * Register group `name` for `device`. Idempotent: a second call with the same rank
  * and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
- * Takes ownership of `store` in every case.
+ * `timeout_ms` is the process group's own timeout (0: none); the group's waits use
+ * it unless `SYMMWIN_TIMEOUT_MS` is set. Takes ownership of `store` in every case.
  */
 SymmwinStatus symmwin_group_init(const char *name,
                                  int device,
                                  int rank,
                                  int world,
                                  const int *global_ranks,
+                                 uint64_t timeout_ms,
                                  SymmwinStore store);
 
 /**

@@ -120,10 +120,25 @@ fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
     }
 }
 
+/// The process's configuration, read once; the first use also sets up `SYMMWIN_LOG`.
 fn config() -> symmwin::Result<Config> {
-    static CONFIG: LazyLock<Result<Config, String>> =
-        LazyLock::new(|| Config::from_env().map_err(|e| e.to_string()));
+    // Keep the reason alone: `Error::invalid` adds the prefix again.
+    static CONFIG: LazyLock<Result<Config, String>> = LazyLock::new(|| {
+        let reason = |e: symmwin::Error| match e.kind {
+            ErrorKind::InvalidArgument(reason) => reason,
+            other => other.to_string(),
+        };
+        symmwin::logging::init(None).map_err(reason)?;
+        Config::from_env().map_err(reason)
+    });
     CONFIG.clone().map_err(symmwin::Error::invalid)
+}
+
+/// The configuration of one group: its waits follow [`Config::group_timeout`].
+fn group_config(timeout_ms: u64) -> symmwin::Result<Config> {
+    let mut config = config()?;
+    config.timeout = config.group_timeout(timeout(timeout_ms));
+    Ok(config)
 }
 
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
@@ -183,6 +198,14 @@ fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
 #[no_mangle]
 pub extern "C" fn symmwin_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Check the `SYMMWIN_*` environment and set up `SYMMWIN_LOG`, so that a bad value is
+/// reported when the caller starts (e.g. at `import symmwin`), not at its first
+/// rendezvous. Every other call does the same on first use.
+#[no_mangle]
+pub extern "C" fn symmwin_init() -> SymmwinStatus {
+    guard(|| config().map(|_| SymmwinOk))
 }
 
 /// Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
@@ -257,7 +280,8 @@ pub unsafe extern "C" fn symmwin_alloc_info(
 
 /// Register group `name` for `device`. Idempotent: a second call with the same rank
 /// and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
-/// Takes ownership of `store` in every case.
+/// `timeout_ms` is the process group's own timeout (0: none); the group's waits use
+/// it unless `SYMMWIN_TIMEOUT_MS` is set. Takes ownership of `store` in every case.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_init(
     name: *const c_char,
@@ -265,6 +289,7 @@ pub unsafe extern "C" fn symmwin_group_init(
     rank: c_int,
     world: c_int,
     global_ranks: *const c_int,
+    timeout_ms: u64,
     store: SymmwinStore,
 ) -> SymmwinStatus {
     let store = store::CallbackStore::new(store);
@@ -294,7 +319,7 @@ pub unsafe extern "C" fn symmwin_group_init(
                 },
                 Arc::new(store),
                 provider(device)?,
-                &config()?,
+                &group_config(timeout_ms)?,
             )
         })?;
         if group.rank() != rank || group.world() != world {

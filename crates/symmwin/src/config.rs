@@ -2,10 +2,10 @@
 //!
 //! | variable | default | meaning |
 //! | --- | --- | --- |
-//! | `SYMMWIN_TIMEOUT_MS` | `60000` | how long a rendezvous or host-side wait waits for peers |
+//! | `SYMMWIN_TIMEOUT_MS` | the process group's timeout, else `60000` | how long any wait for peers waits (see [`Config::group_timeout`]) |
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
-//! | `SYMMWIN_LOG` | `warn` | log filter (tracing `EnvFilter` syntax) |
+//! | `SYMMWIN_LOG` | unset: warnings only in the CLI, nothing in the library | log filter (tracing `EnvFilter` syntax, e.g. `debug`); see [`crate::logging`] |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,6 +42,9 @@ impl std::str::FromStr for HandlePreference {
 pub struct Config {
     /// Upper bound on any wait for peers.
     pub timeout: Duration,
+    /// True when `timeout` was set by `SYMMWIN_TIMEOUT_MS`: it then wins over a
+    /// process group's own timeout.
+    pub timeout_from_env: bool,
     /// CUDA handle type choice.
     pub handle: HandlePreference,
     /// Directory holding the exchange sockets; created `0700` if missing.
@@ -54,6 +57,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 impl Config {
     /// Read the environment. Bad values are errors, not silently ignored.
     pub fn from_env() -> Result<Self> {
+        let timeout_from_env = std::env::var_os("SYMMWIN_TIMEOUT_MS").is_some();
         let timeout = match std::env::var("SYMMWIN_TIMEOUT_MS") {
             Ok(v) => {
                 let ms: u64 = v.trim().parse().map_err(|_| {
@@ -76,9 +80,24 @@ impl Config {
         };
         Ok(Config {
             timeout,
+            timeout_from_env,
             handle,
             socket_dir,
         })
+    }
+}
+
+impl Config {
+    /// The one rule for every wait for peers (rendezvous, host-side signal waits,
+    /// device-side signal waits given no timeout of their own):
+    /// `SYMMWIN_TIMEOUT_MS` when set, else the timeout of the process group the
+    /// window belongs to (`init_process_group(timeout=...)` under torch), else
+    /// [`DEFAULT_TIMEOUT`].
+    pub fn group_timeout(&self, process_group: Option<Duration>) -> Duration {
+        match process_group {
+            Some(t) if !self.timeout_from_env && !t.is_zero() => t,
+            _ => self.timeout,
+        }
     }
 }
 
@@ -94,8 +113,29 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             timeout: DEFAULT_TIMEOUT,
+            timeout_from_env: false,
             handle: HandlePreference::Auto,
             socket_dir: default_socket_dir(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_group_timeout_applies_unless_the_environment_sets_one() {
+        let group = Some(Duration::from_secs(5));
+        let unset = Config::default();
+        assert_eq!(unset.group_timeout(group), Duration::from_secs(5));
+        assert_eq!(unset.group_timeout(None), DEFAULT_TIMEOUT);
+        assert_eq!(unset.group_timeout(Some(Duration::ZERO)), DEFAULT_TIMEOUT);
+        let set = Config {
+            timeout: Duration::from_millis(700),
+            timeout_from_env: true,
+            ..Config::default()
+        };
+        assert_eq!(set.group_timeout(group), Duration::from_millis(700));
     }
 }

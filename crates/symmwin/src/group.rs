@@ -118,6 +118,13 @@ impl Group {
             .nodename()
             .to_string_lossy()
             .into_owned();
+        tracing::debug!(
+            "group {:?}: rank {} of {}, waits for peers up to {}",
+            spec.name,
+            spec.rank,
+            spec.world,
+            crate::error::Seconds(config.timeout)
+        );
         Ok(Group {
             shared: Arc::new(GroupShared {
                 namespace: Namespace::new(&spec.name),

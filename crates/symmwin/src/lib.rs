@@ -35,6 +35,7 @@ pub mod error;
 pub mod exchange;
 pub mod group;
 pub mod layout;
+pub mod logging;
 mod private_dir;
 pub mod probe;
 pub mod provider;
