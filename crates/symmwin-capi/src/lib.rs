@@ -18,7 +18,10 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use symmwin::provider::cuda::CudaProvider;
-use symmwin::{Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, Window};
+use symmwin::{
+    Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, SignalOptions, Stream,
+    Window,
+};
 
 pub use store::SymmwinStore;
 
@@ -182,6 +185,15 @@ fn channel_arg(channel: c_int) -> symmwin::Result<usize> {
 
 fn timeout(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// The C ABI's (channel, timeout in ms with 0 = the group's, raw stream) as options.
+fn signal_options(channel: usize, timeout_ms: u64, stream: *mut c_void) -> SignalOptions {
+    let options = SignalOptions::channel(channel).stream(Stream::from_raw(stream as usize));
+    match timeout(timeout_ms) {
+        Some(t) => options.timeout(t),
+        None => options,
+    }
 }
 
 fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
@@ -488,7 +500,7 @@ pub unsafe extern "C" fn symmwin_window_barrier(
         let h = window_arg(w)?;
         let channel = channel_arg(channel)?;
         h.window
-            .barrier(channel, timeout(timeout_ms), stream as usize)?;
+            .barrier(signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }
@@ -507,7 +519,7 @@ pub unsafe extern "C" fn symmwin_window_put_signal(
         let dst = rank_arg(dst, h.window.world())?;
         let channel = channel_arg(channel)?;
         h.window
-            .put_signal(dst, channel, timeout(timeout_ms), stream as usize)?;
+            .put_signal(dst, signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }
@@ -526,7 +538,7 @@ pub unsafe extern "C" fn symmwin_window_wait_signal(
         let src = rank_arg(src, h.window.world())?;
         let channel = channel_arg(channel)?;
         h.window
-            .wait_signal(src, channel, timeout(timeout_ms), stream as usize)?;
+            .wait_signal(src, signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }

@@ -128,7 +128,7 @@ pub struct Error {
     #[source]
     pub kind: ErrorKind,
     /// The subgroup the ranks above belong to, when its ranks are not the global ones.
-    pub group: Option<GroupLabel>,
+    pub group: Option<Box<GroupLabel>>,
 }
 
 /// Names a subgroup in an error, so group ranks can be told from global ranks.
@@ -217,10 +217,10 @@ impl Error {
             .enumerate()
             .all(|(r, &g)| usize::try_from(g) == Ok(r));
         if self.group.is_none() && !identity {
-            self.group = Some(GroupLabel {
+            self.group = Some(Box::new(GroupLabel {
                 name: name.to_owned(),
                 global_ranks: global_ranks.into(),
-            });
+            }));
         }
         self
     }

@@ -56,7 +56,8 @@ impl GroupShared {
     /// Give an error this rank's context: its rank, and the subgroup when group
     /// ranks are not global ranks.
     pub(crate) fn context(&self, e: Error) -> Error {
-        e.at_rank(self.rank).in_group(&self.name, &self.global_ranks)
+        e.at_rank(self.rank)
+            .in_group(&self.name, &self.global_ranks)
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore};
+//! use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, SignalOptions};
 //!
 //! # fn main() -> symmwin::Result<()> {
 //! // One rank here; a real job runs one process per rank and a shared store
@@ -22,7 +22,7 @@
 //! let peer = window.ptr(0)?; // rank 0's memory, here our own
 //! // SAFETY (example): the window maps `size()` writable bytes at every rank's slot.
 //! unsafe { (peer as *mut u64).write_volatile(42) };
-//! window.barrier(0, None, 0)?;
+//! window.barrier(SignalOptions::default())?; // channel 0, the group's timeout
 //! assert_eq!(unsafe { (alloc.ptr() as *const u64).read_volatile() }, 42);
 //! # Ok(())
 //! # }
@@ -55,6 +55,7 @@ pub use provider::host::HostProvider;
 pub use provider::{HandleType, Provider, ProviderInfo, ProviderKind};
 pub use registry::Registry;
 pub use rendezvous::PhaseTimes;
+pub use signal::{SignalOptions, Stream};
 pub use store::{FileStore, MemoryStore, Store};
 pub use window::Window;
 

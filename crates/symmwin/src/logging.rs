@@ -42,7 +42,9 @@ pub fn requested() -> bool {
 fn parse(spec: &str) -> std::result::Result<tracing_subscriber::EnvFilter, String> {
     tracing_subscriber::EnvFilter::builder()
         .parse(spec)
-        .map_err(|e| format!("SYMMWIN_LOG={spec:?} is not a log filter ({e}); try SYMMWIN_LOG=debug"))
+        .map_err(|e| {
+            format!("SYMMWIN_LOG={spec:?} is not a log filter ({e}); try SYMMWIN_LOG=debug")
+        })
 }
 
 #[cfg(test)]
@@ -54,6 +56,9 @@ mod tests {
         assert!(parse("debug").is_ok());
         assert!(parse("symmwin=trace,warn").is_ok());
         let err = parse("symmwin=loud").unwrap_err();
-        assert!(err.contains("SYMMWIN_LOG=\"symmwin=loud\" is not a log filter"), "{err}");
+        assert!(
+            err.contains("SYMMWIN_LOG=\"symmwin=loud\" is not a log filter"),
+            "{err}"
+        );
     }
 }

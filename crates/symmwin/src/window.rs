@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, Signals, Span, StreamHandle, Table};
+use crate::provider::{PadView, ProviderInfo, Signals, Span, Table};
 use crate::signal::pool::PadLease;
+use crate::signal::{SignalOptions, Stream};
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]
@@ -215,37 +216,30 @@ impl Window {
         .map_err(|e| self.inner.group.context(e))
     }
 
-    /// Signal every peer on `channel` and wait for all of them. `stream` orders the
-    /// operation on the device (ignored for host memory).
-    pub fn barrier(
-        &self,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.barrier(pads, channel, t, stream))
+    /// Signal every peer and wait for all of them, on the channel, timeout and stream
+    /// of `options` (the stream orders the operation on the device; host memory
+    /// ignores it).
+    pub fn barrier(&self, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.barrier(pads, channel, t, stream)
+        })
     }
 
-    /// Signal `dst` on `channel`.
-    pub fn put_signal(
-        &self,
-        dst: usize,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.put(pads, dst, channel, t, stream))
+    /// Signal rank `dst` on the channel of `options`.
+    pub fn put_signal(&self, dst: usize, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.put(pads, dst, channel, t, stream)
+        })
     }
 
-    /// Wait for `src`'s signal on `channel`.
-    pub fn wait_signal(
-        &self,
-        src: usize,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.wait(pads, src, channel, t, stream))
+    /// Wait for rank `src`'s signal on the channel of `options`.
+    pub fn wait_signal(&self, src: usize, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.wait(pads, src, channel, t, stream)
+        })
     }
 
     /// Report a device-side signal timeout recorded since the last check (device
@@ -260,12 +254,12 @@ impl Window {
     }
 
     /// Wait for the signal operations enqueued on `stream`, then report any timeout.
-    pub fn synchronize(&self, stream: StreamHandle) -> Result<()> {
+    pub fn synchronize(&self, stream: Stream) -> Result<()> {
         self.inner
             .group
             .provider
             .signals()
-            .synchronize(stream)
+            .synchronize(stream.raw())
             .map_err(|e| self.inner.group.context(e))
     }
 

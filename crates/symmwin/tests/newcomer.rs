@@ -45,7 +45,10 @@ fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
     let key = Namespace::new("test").request(0, 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while store.try_get(&key).unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "rank 1 never published");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rank 1 never published"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let pid = earlier.pid(1);
@@ -58,7 +61,13 @@ fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
         socket_dir: job.sockets(),
         ..Config::default()
     };
-    let group = Group::new(GroupSpec::new("test", 0, 2), store, provider.clone(), &config).unwrap();
+    let group = Group::new(
+        GroupSpec::new("test", 0, 2),
+        store,
+        provider.clone(),
+        &config,
+    )
+    .unwrap();
     let alloc = Allocation::new(provider, 4096).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
     let expected = format!(
@@ -118,7 +127,9 @@ fn a_subgroup_timeout_names_the_group_and_global_ranks() {
     let alloc = Allocation::new(provider, 4096).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
     assert!(
-        err.starts_with("symmwin group \"pairs\" rank 0 (global rank 1) [gather]: timed out after 0.2"),
+        err.starts_with(
+            "symmwin group \"pairs\" rank 0 (global rank 1) [gather]: timed out after 0.2"
+        ),
         "{err}"
     );
     assert!(

@@ -29,7 +29,10 @@ fn duplicate_key(shared: &GroupShared, seq: u64) -> String {
 /// After a failed rendezvous: replace a timeout or a lost peer by its cause when the
 /// store shows one (our own key overwritten, or a peer's request from a dead pid).
 pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
-    if !matches!(error.kind, ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_)) {
+    if !matches!(
+        error.kind,
+        ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_)
+    ) {
         return error;
     }
     let own_key = shared.namespace.request(seq, shared.rank);
@@ -80,7 +83,10 @@ fn other_request(shared: &GroupShared, key: &str, rank: usize) -> Option<Found> 
 }
 
 fn pid_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
         return false;
     };
     // EPERM means the process exists under another user.
