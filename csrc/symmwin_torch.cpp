@@ -584,6 +584,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("device"),
       "Memory handle type used on `device` (-1: host).");
   m.def("probe", &probe, "JSON description of this machine.");
+  m.def(
+      "version",
+      [] { return std::string(symmwin_version()); },
+      "The core's version and the git commit it was built from.");
   // Leaked on purpose: the class must outlive every exception raised at exit.
   static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
       PyErr_NewExceptionWithDoc(

@@ -23,5 +23,6 @@ export PYTHONPATH=/tmp/site
 timeout 330 python3 -m pytest tests/torch -q -rs -k "cuda or gpu or import" > "$out/pytest_gpu.log" 2>&1
 echo "pytest: $(tail -1 "$out/pytest_gpu.log")"
 timeout 170 python3 bench/compare.py --no-a2a --backends SYMMWIN CUDA --repeats 3 --out /tmp/cmp > "$out/compare.log" 2>&1
+compare_status=$?
 cp /tmp/cmp/results.md "$out/results.md" 2>/dev/null
-echo "compare: exit $?"
+echo "compare: exit $compare_status"

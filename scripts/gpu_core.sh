@@ -18,5 +18,6 @@ run symmwin demo --provider cuda --world 4 --size 4M --iters 20
 run symmwin demo --provider cuda --world 8 --size 1M --iters 10
 after=$(free_mib)
 echo "free device memory (MiB) before the world 4/8 demos: $before; after: $after"
-run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json "$out/bench_rendezvous_w2.json"
+run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20
+symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json > "$out/bench_rendezvous_w2.json"
 run symmwin bench rendezvous --provider cuda --world 4,8 --sizes 2M,64M --iters 5

@@ -20,7 +20,6 @@ allocation::
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from typing import Any
 
@@ -56,10 +55,8 @@ BACKEND = "SYMMWIN"
 HOST_BACKEND = "SYMMWIN_HOST"
 """Backend name for CPU tensors, to pass to ``symm_mem.set_backend``."""
 
-try:
-    __version__ = importlib.metadata.version("symmwin")
-except importlib.metadata.PackageNotFoundError:  # an in-place build, not installed
-    __version__ = "0+unknown"
+__version__: str = _C.version()
+"""The version and the git commit the core was built from, e.g. ``0.1.0+g1a2b3c4d5e6f``."""
 
 # Raises here, at import, when a SYMMWIN_* variable is invalid.
 _C.register()

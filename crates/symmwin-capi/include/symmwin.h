@@ -185,6 +185,13 @@ const char *symmwin_last_error(void);
 SymmwinStatus symmwin_init(void);
 
 /**
+ * The library's version and the git commit it was built from, e.g.
+ * `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` when built from uncommitted changes; no `+g...`
+ * when built outside a git checkout). A static string.
+ */
+const char *symmwin_version(void);
+
+/**
  * Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
  */
 SymmwinStatus symmwin_alloc(int device, size_t size, void **out);

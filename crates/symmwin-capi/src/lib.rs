@@ -220,6 +220,15 @@ pub extern "C" fn symmwin_init() -> SymmwinStatus {
     guard(|| config().map(|_| SymmwinOk))
 }
 
+/// The library's version and the git commit it was built from, e.g.
+/// `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` when built from uncommitted changes; no `+g...`
+/// when built outside a git checkout). A static string.
+#[no_mangle]
+pub extern "C" fn symmwin_version() -> *const c_char {
+    const VERSION: &str = concat!(env!("SYMMWIN_BUILD_VERSION"), "\0");
+    VERSION.as_ptr().cast()
+}
+
 /// Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_alloc(
