@@ -144,8 +144,12 @@ pub fn run_workers(
     drop(tx);
     let mut first_exit: Option<(usize, Instant)> = None;
     loop {
-        while let Ok((rank, event)) = rx.recv_timeout(Duration::from_millis(20)) {
+        // A bounded drain: ranks that report fast must not starve the checks below.
+        if let Ok((rank, event)) = rx.recv_timeout(Duration::from_millis(20)) {
             on_progress(rank, &event);
+            for (rank, event) in rx.try_iter().take(1024) {
+                on_progress(rank, &event);
+            }
         }
         if let Some(signal) = interrupt::received() {
             stop_all(&mut ranks, "interrupted");

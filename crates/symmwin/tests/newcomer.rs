@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,39 @@ fn worker() {
     });
 }
 
+/// `message` with its numbers and store path made generic, as quoted on the page.
+fn shape(message: &str, store: &std::path::Path) -> String {
+    let generic = message
+        .replace(&store.display().to_string(), "DIR")
+        .replace("/dev/shm/my-job", "DIR");
+    let mut out = String::new();
+    for c in generic.chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('N') {
+                out.push('N');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// docs/troubleshooting.md quotes a message of this shape.
+fn assert_quoted(message: &str, store: &std::path::Path) {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/troubleshooting.md"
+    ))
+    .unwrap();
+    assert!(!message.is_empty());
+    let want = shape(message, store);
+    assert!(
+        page.lines().any(|l| shape(l, store) == want),
+        "docs/troubleshooting.md does not quote:\n{message}"
+    );
+}
+
 fn config(tag: &str, timeout_ms: u64) -> Config {
     Config {
         timeout: Duration::from_millis(timeout_ms),
@@ -39,8 +73,13 @@ fn config(tag: &str, timeout_ms: u64) -> Config {
 fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
     let job = common::Job::new("stale");
     // An earlier run: rank 1 publishes its request, then dies before rank 0 comes.
-    let mut earlier = job.spawn(2, "rendezvous", &[("SYMMWIN_TIMEOUT_MS", "60000".into())]);
-    earlier.kill(0);
+    let exe = std::env::current_exe().unwrap();
+    let mut earlier = job
+        .command(&exe, "rendezvous", 1, 2)
+        .env("SYMMWIN_TIMEOUT_MS", "60000")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let store = Arc::new(FileStore::new(job.store()).unwrap());
     let key = Namespace::new("test").request(0, 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -51,9 +90,9 @@ fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let pid = earlier.pid(1);
-    earlier.kill(1);
-    let _ = earlier.wait(Duration::from_secs(10));
+    let pid = earlier.id();
+    earlier.kill().unwrap();
+    earlier.wait().unwrap();
 
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
     let config = Config {
@@ -75,6 +114,7 @@ fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
         job.store().display()
     );
     assert!(err.contains(&expected), "{err}");
+    assert_quoted(&err, &job.store());
 }
 
 #[test]
@@ -105,6 +145,20 @@ fn two_processes_claiming_one_rank_name_both_pids() {
             "not both pids {pids:?} in: {text}"
         );
         assert!(text.contains("both claim rank 0"), "{text}");
+        let message = text
+            .lines()
+            .find_map(|l| Some(l.split_once("RESULT error ")?.1))
+            .unwrap_or_default()
+            .replace("\"test\"", "\"my-job\"");
+        // The later process fails at once; the earlier one when its wait ends.
+        if message.contains("[publish]") {
+            assert_quoted(&message, &job.store());
+        } else {
+            assert!(
+                message.starts_with("symmwin rank 0 [gather]: invalid argument: pids"),
+                "{message}"
+            );
+        }
     }
 }
 
