@@ -203,6 +203,7 @@ fn signal(pid: u32, signal: i32) {
 }
 
 /// A long demo, once all its ranks are running; returns it and their pids.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits for it
 fn long_demo(world: usize) -> (Child, Vec<u32>) {
     let mut demo = symmwin()
         .args([
@@ -228,6 +229,7 @@ fn long_demo(world: usize) -> (Child, Vec<u32>) {
         }
         if Instant::now() > deadline {
             let _ = demo.kill();
+            let _ = demo.wait();
             panic!("demo never started its ranks");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -242,6 +244,7 @@ fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStat
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("still running after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
