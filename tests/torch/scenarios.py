@@ -49,6 +49,7 @@ def basic(ctx):
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
     hdl.barrier()
     seen = [_values(hdl.get_buffer(peer, (n,), torch.float32))[:: n // 4] for peer in range(ctx.world)]
+    hdl.barrier(channel=2)  # every rank has read before any rank writes below
 
     # Write into every peer's buffer at our own index, then read what peers wrote.
     for peer in range(ctx.world):
