@@ -69,7 +69,7 @@ impl fmt::Display for Failure {
     }
 }
 
-/// "symmwin setup failed [probe]: ..." from the library's "symmwin [probe]: ...".
+/// `symmwin setup failed [probe]: ...` from the library's `symmwin [probe]: ...`.
 fn setup_message(message: &str) -> String {
     match message.strip_prefix("symmwin") {
         Some(rest) => format!("symmwin setup failed{rest}"),
