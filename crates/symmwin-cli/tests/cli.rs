@@ -334,3 +334,19 @@ fn a_rank_that_cannot_start_takes_the_started_ones_down() {
     assert!(children(demo.id()).is_empty());
     assert!(stores_of(demo.id()).is_empty());
 }
+
+#[test]
+fn without_a_terminal_progress_is_a_line_every_few_seconds() {
+    let (mut demo, _) = long_demo(2);
+    std::thread::sleep(Duration::from_millis(5600));
+    signal(demo.id(), libc::SIGTERM);
+    wait_with_limit(&mut demo, Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("all-to-all rounds "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].ends_with("/100000000 (5 s)"), "{}", lines[0]);
+}
