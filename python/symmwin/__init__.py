@@ -37,9 +37,10 @@ except ImportError as e:
         "build it against the installed torch: pip install --no-build-isolation ."
     ) from e
 
+# TimeoutError is left out on purpose: `from symmwin import *` must not shadow the
+# builtin of that name. Use it as `symmwin.TimeoutError`.
 __all__ = [
     "__version__",
-    "TimeoutError",
     "BACKEND",
     "HOST_BACKEND",
     "flat_layout",
