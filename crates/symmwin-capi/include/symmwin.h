@@ -268,7 +268,8 @@ SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size
 
 /**
  * Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
- * memory). `timeout_ms` 0 uses the configured timeout.
+ * memory). `timeout_ms` 0 uses the group's timeout (`SYMMWIN_TIMEOUT_MS` when set, else
+ * the process group's, see `symmwin_group_init`).
  */
 SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
                                      int channel,

@@ -497,7 +497,8 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
 }
 
 /// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the configured timeout.
+/// memory). `timeout_ms` 0 uses the group's timeout (`SYMMWIN_TIMEOUT_MS` when set, else
+/// the process group's, see `symmwin_group_init`).
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_barrier(
     w: *const SymmwinWindow,
