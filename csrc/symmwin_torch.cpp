@@ -61,6 +61,11 @@ struct SymmwinTimeoutError : c10::DistBackendError {
   using c10::DistBackendError::DistBackendError;
 };
 
+// The statuses that are symmwin's own timeouts (peers that did not come in time).
+bool is_own_timeout(SymmwinStatus status) {
+  return status == SYMMWIN_TIMEOUT;
+}
+
 // Every failure becomes a c10::Error (a RuntimeError in Python) carrying the
 // core's message, which already starts with "symmwin".
 void check(SymmwinStatus status) {
@@ -72,7 +77,7 @@ void check(SymmwinStatus status) {
                                        std::to_string(static_cast<int>(status))
                                             : last) +
       take_store_error();
-  if (status == SYMMWIN_TIMEOUT) {
+  if (is_own_timeout(status)) {
     throw SymmwinTimeoutError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
   }
   TORCH_CHECK(false, message);

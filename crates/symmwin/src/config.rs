@@ -2,7 +2,7 @@
 //!
 //! | variable | default | meaning |
 //! | --- | --- | --- |
-//! | `SYMMWIN_TIMEOUT_MS` | the process group's timeout, else `60000` | how long any wait for peers waits (see [`Config::group_timeout`]) |
+//! | `SYMMWIN_TIMEOUT_MS` | `60000`, or a process group's timeout ([`Config::group_timeout`]) | how long a wait given no limit of its own waits for peers |
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
 //! | `SYMMWIN_LOG` | unset: warnings only in the CLI, nothing in the library | log filter (tracing `EnvFilter` syntax, e.g. `debug`); see [`crate::logging`] |
@@ -88,11 +88,10 @@ impl Config {
 }
 
 impl Config {
-    /// The one rule for every wait for peers (rendezvous, host-side signal waits,
-    /// device-side signal waits given no timeout of their own):
-    /// `SYMMWIN_TIMEOUT_MS` when set, else the timeout of the process group the
-    /// window belongs to (`init_process_group(timeout=...)` under torch), else
-    /// [`DEFAULT_TIMEOUT`].
+    /// How long a group's rendezvous and host-side waits given no timeout of their
+    /// own wait for peers: `SYMMWIN_TIMEOUT_MS` when set, else the timeout of the
+    /// process group the group stands for (`init_process_group(timeout=...)` under
+    /// torch), else [`DEFAULT_TIMEOUT`].
     pub fn group_timeout(&self, process_group: Option<Duration>) -> Duration {
         match process_group {
             Some(t) if !self.timeout_from_env && !t.is_zero() => t,
