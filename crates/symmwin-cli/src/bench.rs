@@ -118,9 +118,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
             grace: resolved.grace(),
             pass_stderr,
         };
-        let outcomes = run_workers(&launch, |rank, event| {
-            progress.update(rank, event["done"].as_u64().unwrap_or(0))
-        })?;
+        let outcomes = run_workers(&launch, &mut progress)?;
         progress.finish();
         if !report_failures(&outcomes, pass_stderr) {
             return Ok(ExitCode::from(crate::failure::EXIT_FAILED));

@@ -56,9 +56,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
         grace: resolved.grace(),
         pass_stderr,
     };
-    let outcomes = run_workers(&launch, |rank, event| {
-        progress.update(rank, event["done"].as_u64().unwrap_or(0))
-    })?;
+    let outcomes = run_workers(&launch, &mut progress)?;
     progress.finish();
     let all_ran = report_failures(&outcomes, pass_stderr);
     let results: Vec<(usize, &Value)> = outcomes

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use crate::failure::Failure;
 use crate::interrupt;
+use crate::progress::Progress;
 
 const STORE_PREFIX: &str = "symmwin-store-";
 
@@ -122,10 +123,10 @@ struct Running {
     killed: Option<String>,
 }
 
-/// Run the ranks; `on_progress(rank, event)` sees progress events.
+/// Run the ranks, showing their progress events (`{"done": rounds}`) on `progress`.
 pub fn run_workers(
     launch: &Launch<'_>,
-    mut on_progress: impl FnMut(usize, &Value),
+    progress: &mut Progress,
 ) -> Result<Vec<RankOutcome>, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::setup(format!("cannot find own executable: {e}")))?;
@@ -145,12 +146,15 @@ pub fn run_workers(
     let mut first_exit: Option<(usize, Instant)> = None;
     loop {
         // A bounded drain: ranks that report fast must not starve the checks below.
+        let rounds = |event: &Value| event["done"].as_u64().unwrap_or(0);
         if let Ok((rank, event)) = rx.recv_timeout(Duration::from_millis(20)) {
-            on_progress(rank, &event);
+            progress.record(rank, rounds(&event));
             for (rank, event) in rx.try_iter().take(1024) {
-                on_progress(rank, &event);
+                progress.record(rank, rounds(&event));
             }
         }
+        // Also while no rank reports: a stalled run shows that it is stalled.
+        progress.show();
         if let Some(signal) = interrupt::received() {
             stop_all(&mut ranks, "interrupted");
             return Err(Failure::interrupted(signal));

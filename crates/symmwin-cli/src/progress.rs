@@ -41,10 +41,14 @@ impl Progress {
     }
 
     /// Rank `rank` has finished `done` rounds.
-    pub fn update(&mut self, rank: usize, done: u64) {
+    pub fn record(&mut self, rank: usize, done: u64) {
         if let Some(slot) = self.done.get_mut(rank) {
             *slot = done;
         }
+    }
+
+    /// Update the bar, or print a line when the last one is a few seconds old.
+    pub fn show(&mut self) {
         let slowest = self.done.iter().copied().min().unwrap_or(0);
         if let Some(bar) = &self.bar {
             bar.set_position(slowest);
