@@ -225,8 +225,9 @@ pub extern "C" fn symmwin_init() -> SymmwinStatus {
 /// when built outside a git checkout). A static string.
 #[no_mangle]
 pub extern "C" fn symmwin_version() -> *const c_char {
-    const VERSION: &str = concat!(env!("SYMMWIN_BUILD_VERSION"), "\0");
-    VERSION.as_ptr().cast()
+    static VERSION: LazyLock<CString> =
+        LazyLock::new(|| CString::new(symmwin::BUILD_VERSION).unwrap_or_default());
+    VERSION.as_ptr()
 }
 
 /// Allocate `size` zero-filled bytes on `device` (-1: host shared memory).

@@ -145,7 +145,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
     if json {
         let doc = json!({
             "command": "bench rendezvous",
-            "version": env!("CARGO_PKG_VERSION"),
+            "version": symmwin::BUILD_VERSION,
             "provider": resolved.used.name(),
             "provider_requested": resolved.requested.name(),
             "iters": iters,

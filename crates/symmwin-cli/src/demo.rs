@@ -166,7 +166,7 @@ fn print_json(
         .collect();
     let doc = json!({
         "command": "demo",
-        "version": env!("CARGO_PKG_VERSION"),
+        "version": symmwin::BUILD_VERSION,
         "world": args.world,
         "size": args.size,
         "iters": args.iters,

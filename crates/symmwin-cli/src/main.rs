@@ -20,7 +20,7 @@ use failure::Failure;
 #[derive(Parser)]
 #[command(
     name = "symmwin",
-    version,
+    version = symmwin::BUILD_VERSION,
     about = "Symmetric memory windows: probe, demo, bench"
 )]
 struct Cli {

@@ -59,6 +59,11 @@ pub use signal::{SignalOptions, Stream};
 pub use store::{FileStore, MemoryStore, Store};
 pub use window::Window;
 
+/// This build's version and the git commit it was built from, e.g.
+/// `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` for uncommitted changes; the bare version when
+/// built outside a git checkout). Results measured with a prebuilt library say what ran.
+pub const BUILD_VERSION: &str = env!("SYMMWIN_BUILD_VERSION");
+
 /// The guide in `docs/rust.md`, compiled as doc tests so its examples stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/rust.md")]

@@ -1,5 +1,6 @@
-//! Records the git commit the library is built from, so that results measured on a
-//! machine without the repository (a prebuilt static library) still say what ran.
+//! Records the git commit the library is built from (`symmwin::BUILD_VERSION`), so
+//! that results measured on a machine without the repository (a prebuilt binary or
+//! static library) still say what ran.
 
 use std::process::Command;
 
