@@ -57,19 +57,48 @@ std::string take_store_error() {
   return e.empty() ? e : " (c10d store: " + e + ")";
 }
 
+// symmwin's own timeouts (rendezvous, host-side waits, the report after a device
+// wait timed out): `symmwin.TimeoutError` in Python, a torch DistBackendError.
+struct SymmwinTimeoutError : c10::DistBackendError {
+  using c10::DistBackendError::DistBackendError;
+};
+
+// The statuses that are symmwin's own timeouts: peers that did not come in time, and
+// every call after a device wait timed out and trapped (the context is lost).
+bool is_own_timeout(SymmwinStatus status) {
+  return status == SYMMWIN_TIMEOUT || status == SYMMWIN_CONTEXT_LOST;
+}
+
 // Every failure becomes a c10::Error (a RuntimeError in Python) carrying the
 // core's message, which already starts with "symmwin".
 void check(SymmwinStatus status) {
   if (status == SYMMWIN_OK) {
     return;
   }
-  const std::string message = symmwin_last_error();
-  TORCH_CHECK(
-      false,
-      message.empty() ? "symmwin: call failed with status " +
-              std::to_string(static_cast<int>(status))
-                      : message,
-      take_store_error());
+  const std::string last = symmwin_last_error();
+  const std::string message = (last.empty() ? "symmwin: call failed with status " +
+                                       std::to_string(static_cast<int>(status))
+                                            : last) +
+      take_store_error();
+  if (is_own_timeout(status)) {
+    throw SymmwinTimeoutError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
+  }
+  TORCH_CHECK(false, message);
+}
+
+// The process group's own timeout (`init_process_group(timeout=...)`), in ms; 0 when
+// its backend does not say. The world group's store carries the same timeout.
+uint64_t timeout_ms_of(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  try {
+    return static_cast<uint64_t>(
+        pg->getDefaultBackend()->getBackendOptions()->timeout.count());
+  } catch (const std::exception&) {
+  }
+  try {
+    return static_cast<uint64_t>(pg->getStore()->getTimeout().count());
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -245,6 +274,7 @@ void ensure_group(const std::string& name, int device) {
       pg->getRank(),
       pg->getSize(),
       globals.empty() ? nullptr : globals.data(),
+      timeout_ms_of(pg),
       make_store(std::move(store), describe)));
 }
 
@@ -521,6 +551,8 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
 // ---------------------------------------------------------------------------
 
 void register_backends() {
+  // A bad SYMMWIN_* setting fails `import symmwin`, not the first rendezvous.
+  check(symmwin_init());
   static std::once_flag once;
   std::call_once(once, [] {
     // Immortal: torch's allocator registry is destroyed after this module's
@@ -618,6 +650,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "remove_sockets",
       &symmwin_remove_sockets,
       "Remove this process's socket files (at interpreter exit).");
+  m.def(
+      "version",
+      [] { return std::string(symmwin_version()); },
+      "The core's version and the git commit it was built from.");
+  // Leaked on purpose: the class must outlive every exception raised at exit.
+  static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
+      PyErr_NewExceptionWithDoc(
+          "symmwin.TimeoutError",
+          "symmwin's own timeout: peers did not arrive in time (a DistBackendError).",
+          py::module_::import("torch.distributed").attr("DistBackendError").ptr(),
+          nullptr)));
+  m.attr("TimeoutError") = *timeout_error;
+  // Global, not module-local: the error is raised inside torch's own bindings
+  // (symm_mem.rendezvous, hdl.barrier, ...). Newer translators are tried first.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) {
+        std::rethrow_exception(p);
+      }
+    } catch (const SymmwinTimeoutError& e) {
+      PyErr_SetString(timeout_error->ptr(), e.what_without_backtrace());
+    }
+  });
   m.def(
       "allocation_count",
       &symmwin_allocation_count,

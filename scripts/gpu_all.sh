@@ -20,8 +20,10 @@ if ! SYMMWIN_PREBUILT_LIB="$bin/libsymmwin_capi.a" MAX_JOBS=16 python3 -m pip in
   tail -30 /tmp/build.log; exit 1
 fi
 export PYTHONPATH=/tmp/site
-timeout 330 python3 -m pytest tests/torch -q -rs -k "cuda or gpu or import" > "$out/pytest_gpu.log" 2>&1
+python3 -c "import symmwin; print('symmwin', symmwin.__version__)" > "$out/pytest_gpu.log" 2>&1
+timeout 330 python3 -m pytest tests/torch -q -rs -k "cuda or gpu or import" >> "$out/pytest_gpu.log" 2>&1
 echo "pytest: $(tail -1 "$out/pytest_gpu.log")"
 timeout 170 python3 bench/compare.py --no-a2a --backends SYMMWIN CUDA --repeats 3 --out /tmp/cmp > "$out/compare.log" 2>&1
+compare_status=$?
 cp /tmp/cmp/results.md "$out/results.md" 2>/dev/null
-echo "compare: exit $?"
+echo "compare: exit $compare_status"

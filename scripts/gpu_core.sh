@@ -9,6 +9,7 @@ export PATH="$bin:$PATH" TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 N
 # Device-wide free memory in MiB, per GPU (nvidia-smi shows no per-process use in containers).
 free_mib() { python3 -c "import torch; print(*[torch.cuda.mem_get_info(i)[0] >> 20 for i in range(torch.cuda.device_count())])"; }
 run() { echo "+ $*"; "$@"; echo "exit $?"; }
+symmwin --version
 run symmwin probe
 symmwin probe --json > "$out/probe.json"
 run symmwin demo --provider cuda --world 2 --size 64M --iters 20
@@ -18,5 +19,6 @@ run symmwin demo --provider cuda --world 4 --size 4M --iters 20
 run symmwin demo --provider cuda --world 8 --size 1M --iters 10
 after=$(free_mib)
 echo "free device memory (MiB) before the world 4/8 demos: $before; after: $after"
-run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json "$out/bench_rendezvous_w2.json"
+run symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20
+symmwin bench rendezvous --provider cuda --world 2 --sizes 2M,64M,1G --iters 20 --json > "$out/bench_rendezvous_w2.json"
 run symmwin bench rendezvous --provider cuda --world 4,8 --sizes 2M,64M --iters 5

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the torch backend need on a fresh Linux machine:
 # the Rust toolchain's components, cbindgen, torch 2.11 with ninja and pytest.
-# Idempotent: skips what is already there.
+# Idempotent: skips what is already there. Python packages go into $PYTHON
+# (scripts/test.sh points it at its own .venv).
 set -euo pipefail
 PY="${PYTHON:-python3}"
 TORCH_VERSION="${SYMMWIN_TORCH_VERSION:-2.11.0}"

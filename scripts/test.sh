@@ -3,13 +3,30 @@
 # multi-process on host memory, doc tests), the committed C header, the torch
 # backend built against the installed torch and its multi-process tests on host memory.
 # GPU tests run on a machine with GPUs (docs/gpu.md); here they are skipped.
+#
+# Python packages (torch if missing, pytest, ninja, and symmwin itself) go into a
+# virtual environment of its own, .venv, made with --system-site-packages so that an
+# installed torch is reused instead of downloaded again. PYTHON=/path/to/python
+# installs into that interpreter instead (e.g. an environment you manage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python3}"
 step() { printf '\n==> %s\n' "$*"; }
 
 step setup
-scripts/setup.sh
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"
+  echo "installing Python packages into $("$PY" -c 'import sys; print(sys.prefix)') (PYTHON is set)"
+else
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv --system-site-packages .venv || {
+      echo "cannot create .venv (on Debian/Ubuntu: apt install python3-venv), or set PYTHON=..." >&2
+      exit 1
+    }
+  fi
+  PY="$PWD/.venv/bin/python"
+  echo "installing Python packages into $PWD/.venv"
+fi
+PYTHON="$PY" scripts/setup.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

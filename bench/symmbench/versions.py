@@ -37,9 +37,18 @@ def versions(torch) -> dict:
     except Exception:  # noqa: BLE001
         pass
     try:
-        v["symmwin_rev"] = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001
+        # The commit the installed core was built from (what actually ran); the
+        # checkout's HEAD only where no symmwin is installed.
+        import symmwin
+
+        v["symmwin_rev"] = symmwin.__version__
+    except ImportError:
         v["symmwin_rev"] = "unknown"
+    if v["symmwin_rev"] == "unknown":
+        try:
+            v["symmwin_rev"] = subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip() or "unknown"
+        except Exception:  # noqa: BLE001
+            pass
     return v

@@ -38,7 +38,10 @@ except ImportError as e:
         "build it against the installed torch: pip install --no-build-isolation ."
     ) from e
 
+# TimeoutError is left out on purpose: `from symmwin import *` must not shadow the
+# builtin of that name. Use it as `symmwin.TimeoutError`.
 __all__ = [
+    "__version__",
     "BACKEND",
     "HOST_BACKEND",
     "flat_layout",
@@ -54,7 +57,17 @@ BACKEND = "SYMMWIN"
 HOST_BACKEND = "SYMMWIN_HOST"
 """Backend name for CPU tensors, to pass to ``symm_mem.set_backend``."""
 
+__version__: str = _C.version()
+"""The version and the git commit the core was built from, e.g. ``0.1.0+g1a2b3c4d5e6f``."""
+
+# Raises here, at import, when a SYMMWIN_* variable is invalid.
 _C.register()
+
+TimeoutError = _C.TimeoutError
+"""symmwin's own timeouts: a rendezvous or host-side wait whose peers did not come
+in time, and the error reported after a device-side wait timed out. A subclass of
+``torch.distributed.DistBackendError`` (itself a ``RuntimeError``). The error torch
+raises at a ``synchronize`` after a device trap stays torch's."""
 
 
 def _release_on_destroy() -> None:
@@ -118,18 +131,27 @@ def rank_to_global(hdl: Any) -> list[int]:
     return _C.rank_to_global(hdl)
 
 
-def handle_type(device: int | None = None) -> str:
+def handle_type(device: int | str | torch.device | None = None) -> str:
     """Return the memory handle type symmwin uses on a device.
 
     Args:
-        device: CUDA device index, or -1 for host memory. ``None`` means the current
-            CUDA device when CUDA is available, else host memory.
+        device: a ``torch.device`` (or its string, ``"cuda:1"``, ``"cpu"``), a CUDA
+            device index, or -1 for host memory. ``None`` means the current CUDA
+            device when CUDA is available, else host memory.
 
     Returns:
         ``"posix_fd"`` or ``"fabric"`` (as probed, or as configured).
     """
     if device is None:
         device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    elif not isinstance(device, int):
+        device = torch.device(device)
+        if device.type == "cpu":
+            device = -1
+        elif device.type == "cuda":
+            device = device.index if device.index is not None else torch.cuda.current_device()
+        else:
+            raise ValueError(f"symmwin: no memory for device type {device.type!r} (cuda or cpu)")
     return _C.handle_type(device)
 
 

@@ -28,7 +28,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
     """The environment a rank runs in."""
     env = dict(os.environ)
     # An in-place build (setup.py build_ext --inplace) lives in python/symmwin; use it
@@ -38,7 +38,8 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # Fail fast instead of waiting the default minute for a missing peer.
     env.setdefault("SYMMWIN_TIMEOUT_MS", "15000")
     env.update(extra or {})
-    return env
+    # A value of None removes the variable (e.g. to test symmwin's defaults).
+    return {k: v for k, v in env.items() if v is not None}
 
 
 class WorldFailed(AssertionError):

@@ -528,3 +528,30 @@ def gpu_signal_soak(ctx):
         "graph_s": round(graph_s, 2),
         "pad_zero_at_rest": bool((pad == 0).all()),
     }
+
+
+def group_timeout(ctx):
+    """A rendezvous that one rank never joins: rank 0 gives up after the process
+    group's timeout (not symmwin's default minute) with symmwin.TimeoutError."""
+    store = dist.distributed_c10d._get_default_store()
+    if ctx.rank == 1:
+        # Stay out of the rendezvous until rank 0 has given up.
+        deadline = time.monotonic() + 60
+        while not store.check(["gave_up"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return None
+    t = _p2p(ctx, 64)
+    start = time.monotonic()
+    try:
+        symm_mem.rendezvous(t, dist.group.WORLD.group_name)
+    except symmwin.TimeoutError as e:
+        caught = {
+            "message": str(e),
+            "is_dist_backend_error": isinstance(e, dist.DistBackendError),
+            "is_runtime_error": isinstance(e, RuntimeError),
+        }
+    else:
+        raise AssertionError("rendezvous without rank 1 did not time out")
+    caught["seconds"] = time.monotonic() - start
+    store.set("gave_up", "1")
+    return caught

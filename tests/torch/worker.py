@@ -61,7 +61,7 @@ def main() -> int:
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=60),
+        timeout=timedelta(seconds=args.get("group_timeout_s", 60)),
     )
     # torch_backend: leave torch's default backend in place, for reference results.
     if not args.get("torch_backend"):

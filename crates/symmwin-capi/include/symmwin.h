@@ -193,6 +193,20 @@ extern "C" {
 const char *symmwin_last_error(void);
 
 /**
+ * Check the `SYMMWIN_*` environment and set up `SYMMWIN_LOG`, so that a bad value is
+ * reported when the caller starts (e.g. at `import symmwin`), not at its first
+ * rendezvous. Every other call does the same on first use.
+ */
+SymmwinStatus symmwin_init(void);
+
+/**
+ * The library's version and the git commit it was built from, e.g.
+ * `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` when built from uncommitted changes; no `+g...`
+ * when built outside a git checkout). A static string.
+ */
+const char *symmwin_version(void);
+
+/**
  * Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
  */
 SymmwinStatus symmwin_alloc(int device, size_t size, void **out);
@@ -218,13 +232,16 @@ SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
  * (`store.identity`) with the same rank and world is a no-op (its store is
  * released); a call with another identity replaces the group registered under that
  * name (a process group destroyed and made again). `global_ranks` may be NULL
- * (identity). Takes ownership of `store` in every case.
+ * (identity). `timeout_ms` is the process group's own timeout (0: none); the group's
+ * rendezvous and host-side waits use it unless `SYMMWIN_TIMEOUT_MS` is set. Takes
+ * ownership of `store` in every case.
  */
 SymmwinStatus symmwin_group_init(const char *name,
                                  int device,
                                  int rank,
                                  int world,
                                  const int *global_ranks,
+                                 uint64_t timeout_ms,
                                  SymmwinStore store);
 
 /**
@@ -288,9 +305,11 @@ SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size
 
 /**
  * Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
- * memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
- * on the device). On the device a wait that runs out traps: the stream's next
- * synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
+ * memory). `timeout_ms` 0 uses the group's timeout on the host (`SYMMWIN_TIMEOUT_MS`
+ * when set, else the process group's, see `symmwin_group_init`) and on the device
+ * `SYMMWIN_TIMEOUT_MS`, else 60 s. On the device a wait that runs out traps: the
+ * stream's next synchronization fails and every later call returns
+ * `SYMMWIN_CONTEXT_LOST`.
  */
 SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
                                      int channel,

@@ -18,7 +18,10 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use symmwin::provider::cuda::CudaProvider;
-use symmwin::{Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, Window};
+use symmwin::{
+    Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, SignalOptions, Stream,
+    Window,
+};
 
 pub use store::SymmwinStore;
 
@@ -124,10 +127,25 @@ fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
     }
 }
 
+/// The process's configuration, read once; the first use also sets up `SYMMWIN_LOG`.
 fn config() -> symmwin::Result<Config> {
-    static CONFIG: LazyLock<Result<Config, String>> =
-        LazyLock::new(|| Config::from_env().map_err(|e| e.to_string()));
+    // Keep the reason alone: `Error::invalid` adds the prefix again.
+    static CONFIG: LazyLock<Result<Config, String>> = LazyLock::new(|| {
+        let reason = |e: symmwin::Error| match e.kind {
+            ErrorKind::InvalidArgument(reason) => reason,
+            other => other.to_string(),
+        };
+        symmwin::logging::init(None).map_err(reason)?;
+        Config::from_env().map_err(reason)
+    });
     CONFIG.clone().map_err(symmwin::Error::invalid)
+}
+
+/// The configuration of one group: its waits follow [`Config::group_timeout`].
+fn group_config(timeout_ms: u64) -> symmwin::Result<Config> {
+    let mut config = config()?;
+    config.timeout = config.group_timeout(timeout(timeout_ms));
+    Ok(config)
 }
 
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
@@ -177,6 +195,15 @@ fn timeout(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
+/// The C ABI's (channel, timeout in ms with 0 = the group's, raw stream) as options.
+fn signal_options(channel: usize, timeout_ms: u64, stream: *mut c_void) -> SignalOptions {
+    let options = SignalOptions::channel(channel).stream(Stream::from_raw(stream as usize));
+    match timeout(timeout_ms) {
+        Some(t) => options.timeout(t),
+        None => options,
+    }
+}
+
 fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
     usize::try_from(r)
         .ok()
@@ -191,6 +218,24 @@ fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
 #[no_mangle]
 pub extern "C" fn symmwin_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Check the `SYMMWIN_*` environment and set up `SYMMWIN_LOG`, so that a bad value is
+/// reported when the caller starts (e.g. at `import symmwin`), not at its first
+/// rendezvous. Every other call does the same on first use.
+#[no_mangle]
+pub extern "C" fn symmwin_init() -> SymmwinStatus {
+    guard(|| config().map(|_| SymmwinOk))
+}
+
+/// The library's version and the git commit it was built from, e.g.
+/// `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` when built from uncommitted changes; no `+g...`
+/// when built outside a git checkout). A static string.
+#[no_mangle]
+pub extern "C" fn symmwin_version() -> *const c_char {
+    static VERSION: LazyLock<CString> =
+        LazyLock::new(|| CString::new(symmwin::BUILD_VERSION).unwrap_or_default());
+    VERSION.as_ptr()
 }
 
 /// Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
@@ -267,7 +312,9 @@ pub unsafe extern "C" fn symmwin_alloc_info(
 /// (`store.identity`) with the same rank and world is a no-op (its store is
 /// released); a call with another identity replaces the group registered under that
 /// name (a process group destroyed and made again). `global_ranks` may be NULL
-/// (identity). Takes ownership of `store` in every case.
+/// (identity). `timeout_ms` is the process group's own timeout (0: none); the group's
+/// rendezvous and host-side waits use it unless `SYMMWIN_TIMEOUT_MS` is set. Takes
+/// ownership of `store` in every case.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_init(
     name: *const c_char,
@@ -275,6 +322,7 @@ pub unsafe extern "C" fn symmwin_group_init(
     rank: c_int,
     world: c_int,
     global_ranks: *const c_int,
+    timeout_ms: u64,
     store: SymmwinStore,
 ) -> SymmwinStatus {
     let store = store::CallbackStore::new(store);
@@ -311,7 +359,7 @@ pub unsafe extern "C" fn symmwin_group_init(
                 },
                 Arc::new(store),
                 provider(device)?,
-                &config()?,
+                &group_config(timeout_ms)?,
             )
         })?;
         if group.rank() != rank || group.world() != world {
@@ -511,9 +559,11 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
 }
 
 /// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
-/// on the device). On the device a wait that runs out traps: the stream's next
-/// synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
+/// memory). `timeout_ms` 0 uses the group's timeout on the host (`SYMMWIN_TIMEOUT_MS`
+/// when set, else the process group's, see `symmwin_group_init`) and on the device
+/// `SYMMWIN_TIMEOUT_MS`, else 60 s. On the device a wait that runs out traps: the
+/// stream's next synchronization fails and every later call returns
+/// `SYMMWIN_CONTEXT_LOST`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_barrier(
     w: *const SymmwinWindow,
@@ -525,7 +575,7 @@ pub unsafe extern "C" fn symmwin_window_barrier(
         let h = window_arg(w)?;
         let channel = channel_arg(channel)?;
         h.window
-            .barrier(channel, timeout(timeout_ms), stream as usize)?;
+            .barrier(signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }
@@ -544,7 +594,7 @@ pub unsafe extern "C" fn symmwin_window_put_signal(
         let dst = rank_arg(dst, h.window.world())?;
         let channel = channel_arg(channel)?;
         h.window
-            .put_signal(dst, channel, timeout(timeout_ms), stream as usize)?;
+            .put_signal(dst, signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }
@@ -563,7 +613,7 @@ pub unsafe extern "C" fn symmwin_window_wait_signal(
         let src = rank_arg(src, h.window.world())?;
         let channel = channel_arg(channel)?;
         h.window
-            .wait_signal(src, channel, timeout(timeout_ms), stream as usize)?;
+            .wait_signal(src, signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }

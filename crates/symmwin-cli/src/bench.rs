@@ -3,11 +3,12 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use indicatif::ProgressBar;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::launch::{report_failures, run_workers, StoreDir};
-use crate::ProviderChoice;
+use crate::failure::Failure;
+use crate::launch::{report_failures, run_workers, Launch, StoreDir};
+use crate::progress::Progress;
+use crate::{human_size, plural, rounded, ProviderChoice};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -15,23 +16,37 @@ pub enum BenchCommand {
     /// reserve, exchange, import+map and pad phases.
     Rendezvous {
         /// World sizes to run (comma-separated).
-        #[arg(long, default_value = "2", value_delimiter = ',')]
+        #[arg(long, default_value = "2", value_delimiter = ',', value_parser = crate::parse_count)]
         world: Vec<usize>,
         /// Window sizes (comma-separated).
         #[arg(long, default_value = "2M,64M,1G", value_delimiter = ',', value_parser = crate::parse_size)]
         sizes: Vec<usize>,
         /// Timed repeats per size (after one warm-up).
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value = "20", value_parser = crate::parse_count)]
         iters: usize,
         #[arg(long, value_enum, default_value_t = ProviderChoice::Auto)]
         provider: ProviderChoice,
-        /// Write all samples as JSON to this file.
+        /// Print JSON (medians, ranges and every sample) on stdout instead of the table.
         #[arg(long)]
-        json: Option<std::path::PathBuf>,
+        json: bool,
     },
 }
 
+/// Columns after world and size: (header, how to get the value in µs from a sample).
+const PHASES: [(&str, &str); 8] = [
+    ("create", "create_us"),
+    ("export", "export_us"),
+    ("publish", "publish_us"),
+    ("gather", "gather_us"),
+    ("reserve", "reserve_us"),
+    ("exch", "exchange_us"),
+    ("imp+map", "import_map_us"),
+    ("pads", "pads_us"),
+];
+
+/// Median, min and max.
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.retain(|x| x.is_finite());
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);
@@ -39,7 +54,26 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
+/// One phase of a sample in µs: `create_us` and `free_us` are top-level, the rest
+/// under `phases`; `other_us` is what the phases do not account for.
+fn phase_us(sample: &Value, key: &str) -> f64 {
+    let get = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    match key {
+        "create_us" | "free_us" | "total_us" => get(&sample[key]),
+        "other_us" => {
+            let phases: f64 = sample["phases"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, v)| v.as_f64())
+                .sum();
+            get(&sample["total_us"]) - get(&sample["create_us"]) - phases
+        }
+        _ => get(&sample["phases"][key]),
+    }
+}
+
+pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
     let BenchCommand::Rendezvous {
         world,
         sizes,
@@ -47,59 +81,47 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         provider,
         json,
     } = cmd;
+    let resolved = crate::setup::check(provider)?;
     let sizes_arg = sizes
         .iter()
-        .map(|s| s.to_string())
+        .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut all = Vec::new();
-    println!(
-        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
-        "world",
-        "size",
-        "alloc+rdv ms med (range)",
-        "create",
-        "export",
-        "publish",
-        "gather",
-        "reserve",
-        "exch",
-        "imp+map",
-        "pads",
-        "other",
-        "free"
-    );
+    let pass_stderr = symmwin::logging::requested();
+    if !json {
+        println!(
+            "symmwin bench rendezvous: provider {}, {} per size after one warm-up",
+            resolved.describe(),
+            plural(iters, "repeat")
+        );
+        print_header();
+    }
+    let mut rows = Vec::new();
     for &w in &world {
         let store = StoreDir::new()?;
-        let bar = ProgressBar::new((w * sizes.len() * (iters + 1)) as u64);
-        let outcomes = run_workers(
-            w,
-            |rank| {
-                [
-                    "--task",
-                    "bench-rendezvous",
-                    "--rank",
-                    &rank.to_string(),
-                    "--world",
-                    &w.to_string(),
-                    "--store",
-                    &store.0.display().to_string(),
-                    "--provider",
-                    &format!("{provider:?}").to_lowercase(),
-                    "--sizes",
-                    &sizes_arg,
-                    "--iters",
-                    &iters.to_string(),
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-            },
-            |_, _| bar.inc(1),
-        )?;
-        bar.finish_and_clear();
-        if !report_failures(&outcomes) {
-            return Ok(ExitCode::FAILURE);
+        let rounds = (sizes.len() * (iters + 1)) as u64;
+        let mut progress = Progress::new("rendezvous rounds", w, rounds, json);
+        let worker_args = |rank: usize| {
+            crate::worker::args(
+                "bench-rendezvous",
+                rank,
+                w,
+                &store,
+                resolved.used,
+                &sizes_arg,
+                iters,
+            )
+        };
+        let launch = Launch {
+            world: w,
+            args: &worker_args,
+            grace: resolved.grace(),
+            pass_stderr,
+        };
+        let outcomes = run_workers(&launch, &mut progress)?;
+        progress.finish();
+        if !report_failures(&outcomes, pass_stderr) {
+            return Ok(ExitCode::from(crate::failure::EXIT_FAILED));
         }
         for (i, &size) in sizes.iter().enumerate() {
             // Every rank's samples together: the latency a job sees is any rank's.
@@ -113,48 +135,104 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                         .flatten()
                 })
                 .collect();
-            let med =
-                |f: &dyn Fn(&Value) -> f64| stats(samples.iter().map(|s| f(s)).collect()).0 / 1e3;
-            let (total, lo, hi) = stats(
-                samples
-                    .iter()
-                    .map(|s| s["total_us"].as_f64().unwrap_or(f64::NAN))
-                    .collect(),
-            );
-            let phase = |name: &'static str| {
-                med(&move |s: &Value| s["phases"][name].as_f64().unwrap_or(f64::NAN))
-            };
-            println!(
-                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
-                w,
-                crate::human_size(size),
-                total / 1e3,
-                lo / 1e3,
-                hi / 1e3,
-                med(&|s: &Value| s["create_us"].as_f64().unwrap_or(f64::NAN)),
-                phase("export_us"),
-                phase("publish_us"),
-                phase("gather_us"),
-                phase("reserve_us"),
-                phase("exchange_us"),
-                phase("import_map_us"),
-                phase("pads_us"),
-                med(&|s: &Value| {
-                    let phases: f64 = s["phases"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_f64()).sum();
-                    s["total_us"].as_f64().unwrap_or(f64::NAN) - s["create_us"].as_f64().unwrap_or(f64::NAN) - phases
-                }),
-                med(&|s: &Value| s["free_us"].as_f64().unwrap_or(f64::NAN)),
-            );
+            let row = summarise(w, size, &samples);
+            if !json {
+                print_row(&row);
+            }
+            rows.push(row);
         }
-        all.push(serde_json::json!({"world": w, "ranks": outcomes.iter().map(|o| o.result.clone()).collect::<Vec<_>>()}));
     }
-    println!("(times in ms; median over all ranks and {iters} repeats, range in parentheses; other = total - create - phases)");
-    if let Some(path) = json {
-        std::fs::write(
-            &path,
-            serde_json::to_vec_pretty(&all).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if json {
+        let doc = json!({
+            "command": "bench rendezvous",
+            "version": symmwin::BUILD_VERSION,
+            "provider": resolved.used.name(),
+            "provider_requested": resolved.requested.name(),
+            "iters": iters,
+            "unit": "ms",
+            "rows": rows,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::run(e.to_string()))?;
+        println!("{text}");
+    } else {
+        println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Medians in ms of one (world, size), with every sample for the JSON output.
+fn summarise(world: usize, size: usize, samples: &[&Value]) -> Value {
+    let median_ms = |key: &str| stats(samples.iter().map(|s| phase_us(s, key)).collect()).0 / 1e3;
+    let (total, lo, hi) = stats(samples.iter().map(|s| phase_us(s, "total_us")).collect());
+    let mut phases = serde_json::Map::new();
+    for (_, key) in PHASES
+        .iter()
+        .chain(&[("other", "other_us"), ("free", "free_us")])
+    {
+        phases.insert(
+            key.trim_end_matches("_us").to_owned(),
+            rounded(median_ms(key)),
+        );
+    }
+    let rounded_samples: Vec<Value> = samples
+        .iter()
+        .map(|s| {
+            let mut keys: Vec<&str> = PHASES.iter().map(|(_, k)| *k).collect();
+            keys.extend(["total_us", "free_us"]);
+            keys.iter()
+                .map(|k| {
+                    (
+                        k.trim_end_matches("_us").to_owned(),
+                        rounded(phase_us(s, k) / 1e3),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        })
+        .collect();
+    json!({
+        "world": world,
+        "size": size,
+        "total": rounded(total / 1e3),
+        "total_min": rounded(lo / 1e3),
+        "total_max": rounded(hi / 1e3),
+        "phases": phases,
+        "samples": rounded_samples,
+    })
+}
+
+fn print_header() {
+    let mut line = format!(
+        "{:>5}  {:>8}  {:>24}",
+        "world", "size", "alloc+rdv med (range)"
+    );
+    for (name, _) in PHASES.iter().chain(&[("other", ""), ("free", "")]) {
+        line.push_str(&format!("  {name:>8}"));
+    }
+    println!("{line}");
+}
+
+fn print_row(row: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let total = format!(
+        "{:.3} ({:.3}-{:.3})",
+        f(&row["total"]),
+        f(&row["total_min"]),
+        f(&row["total_max"])
+    );
+    let mut line = format!(
+        "{:>5}  {:>8}  {total:>24}",
+        row["world"].as_u64().unwrap_or(0),
+        human_size(row["size"].as_u64().unwrap_or(0) as usize)
+    );
+    for (_, key) in PHASES
+        .iter()
+        .chain(&[("other", "other_us"), ("free", "free_us")])
+    {
+        line.push_str(&format!(
+            "  {:>8.3}",
+            f(&row["phases"][key.trim_end_matches("_us")])
+        ));
+    }
+    println!("{line}");
 }

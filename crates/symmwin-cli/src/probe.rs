@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-pub fn run(json: bool) -> Result<ExitCode, String> {
+pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
     if json {
         println!("{}", symmwin::probe::machine_json());
         return Ok(ExitCode::SUCCESS);

@@ -8,7 +8,9 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 use symmwin::provider::cuda::CudaProvider;
 use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Window};
+use symmwin::{SignalOptions, Stream};
 
+use crate::failure::Failure;
 use crate::ProviderChoice;
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -36,17 +38,47 @@ pub struct WorkerArgs {
     pub iters: usize,
 }
 
-pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
-    let config = Config::from_env().map_err(|e| e.to_string())?;
-    let provider = make_provider(args.provider, args.rank, &config).map_err(|e| e.to_string())?;
-    let store = Arc::new(FileStore::new(&args.store).map_err(|e| e.to_string())?);
+/// The command line of one rank of `task` ("demo" or "bench-rendezvous").
+pub fn args(
+    task: &str,
+    rank: usize,
+    world: usize,
+    store: &crate::launch::StoreDir,
+    provider: ProviderChoice,
+    sizes: &str,
+    iters: usize,
+) -> Vec<String> {
+    [
+        "--task",
+        task,
+        "--rank",
+        &rank.to_string(),
+        "--world",
+        &world.to_string(),
+        "--store",
+        &store.0.display().to_string(),
+        "--provider",
+        provider.name(),
+        "--sizes",
+        sizes,
+        "--iters",
+        &iters.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn run(args: WorkerArgs) -> Result<ExitCode, Failure> {
+    let config = Config::from_env()?;
+    let provider = make_provider(args.provider, args.rank, &config)?;
+    let store = Arc::new(FileStore::new(&args.store)?);
     let group = Group::new(
         GroupSpec::new("world", args.rank, args.world),
         store,
         provider.clone(),
         &config,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let sizes = args
         .sizes
         .split(',')
@@ -55,8 +87,7 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
     let result = match args.task {
         Task::Demo => demo(&group, &provider, sizes[0], args.iters),
         Task::BenchRendezvous => bench_rendezvous(&group, &provider, &sizes, args.iters),
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     println!(
         "{}",
         json!({"event": "result", "rank": args.rank, "data": result})
@@ -136,8 +167,8 @@ fn demo(
             window.write(rank, peer * chunk, &pattern(rank, peer, iter, chunk))?;
         }
         // Nobody pushes before every rank has cleared its receive area.
-        window.barrier(0, None, 0)?;
-        window.synchronize(0)?;
+        window.barrier(SignalOptions::default())?;
+        window.synchronize(Stream::DEFAULT)?;
         let start = Instant::now();
         for step in 0..world {
             // Stagger destinations so ranks do not all hit the same peer at once.
@@ -149,8 +180,8 @@ fn demo(
             )?;
         }
         // Nobody reads before every rank's pushes have landed.
-        window.barrier(0, None, 0)?;
-        window.synchronize(0)?;
+        window.barrier(SignalOptions::default())?;
+        window.synchronize(Stream::DEFAULT)?;
         push_s.push(start.elapsed().as_secs_f64());
         for src in 0..world {
             window.read(rank, recv_base + src * chunk, &mut received)?;
@@ -219,8 +250,8 @@ fn bench_rendezvous(
         let mut samples = Vec::new();
         // One extra, untimed round warms up the pad pool and the driver.
         for i in 0..=iters {
-            sync.barrier(0, None, 0)?;
-            sync.synchronize(0)?;
+            sync.barrier(SignalOptions::default())?;
+            sync.synchronize(Stream::DEFAULT)?;
             let t0 = Instant::now();
             let alloc = Allocation::new(provider.clone(), size)?;
             let create_us = t0.elapsed().as_secs_f64() * 1e6;

@@ -2,14 +2,15 @@
 //!
 //! | variable | default | meaning |
 //! | --- | --- | --- |
-//! | `SYMMWIN_TIMEOUT_MS` | `60000` | how long a wait given no limit of its own waits for peers: rendezvous, host-side and device-side waits |
+//! | `SYMMWIN_TIMEOUT_MS` | unset: the rule below | how long a wait given no limit of its own waits for peers: rendezvous, host-side and device-side waits |
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
-//! | `SYMMWIN_LOG` | `warn` | log filter (tracing `EnvFilter` syntax) |
+//! | `SYMMWIN_LOG` | unset: warnings only in the CLI, nothing in the library | log filter (tracing `EnvFilter` syntax, e.g. `debug`); see [`crate::logging`] |
 //!
 //! One rule for every wait: an explicit timeout (`timeout_ms` > 0) is the limit. A wait
 //! without one (`timeout_ms` 0, torch's default) uses `SYMMWIN_TIMEOUT_MS` when it is
-//! set. When it is not, the rendezvous and host-side waits use the group's timeout, and
+//! set. When it is not, the rendezvous and host-side waits use the process group's
+//! timeout ([`Config::group_timeout`]; [`DEFAULT_TIMEOUT`], 60 s, without one), and
 //! device-side waits use [`DEFAULT_DEVICE_TIMEOUT`] (60 s): a device wait that runs out
 //! traps and loses the CUDA context, so its limit says how long a missing peer may hang
 //! the GPU before the job is told which rank it is.
@@ -52,6 +53,9 @@ pub struct Config {
     /// Limit of a device-side wait given none (`SYMMWIN_TIMEOUT_MS`, else
     /// [`DEFAULT_DEVICE_TIMEOUT`]).
     pub device_timeout: Duration,
+    /// True when `timeout` was set by `SYMMWIN_TIMEOUT_MS`: it then wins over a
+    /// process group's own timeout.
+    pub timeout_from_env: bool,
     /// CUDA handle type choice.
     pub handle: HandlePreference,
     /// Directory holding the exchange sockets; created `0700` if missing.
@@ -82,6 +86,7 @@ impl Config {
         };
         let timeout = configured.unwrap_or(DEFAULT_TIMEOUT);
         let device_timeout = configured.unwrap_or(DEFAULT_DEVICE_TIMEOUT);
+        let timeout_from_env = configured.is_some();
         let handle = match std::env::var("SYMMWIN_HANDLE_TYPE") {
             Ok(v) => v.parse()?,
             Err(_) => HandlePreference::Auto,
@@ -93,9 +98,23 @@ impl Config {
         Ok(Config {
             timeout,
             device_timeout,
+            timeout_from_env,
             handle,
             socket_dir,
         })
+    }
+}
+
+impl Config {
+    /// How long a group's rendezvous and host-side waits given no timeout of their
+    /// own wait for peers: `SYMMWIN_TIMEOUT_MS` when set, else the timeout of the
+    /// process group the group stands for (`init_process_group(timeout=...)` under
+    /// torch), else [`DEFAULT_TIMEOUT`].
+    pub fn group_timeout(&self, process_group: Option<Duration>) -> Duration {
+        match process_group {
+            Some(t) if !self.timeout_from_env && !t.is_zero() => t,
+            _ => self.timeout,
+        }
     }
 }
 
@@ -112,8 +131,29 @@ impl Default for Config {
         Config {
             timeout: DEFAULT_TIMEOUT,
             device_timeout: DEFAULT_DEVICE_TIMEOUT,
+            timeout_from_env: false,
             handle: HandlePreference::Auto,
             socket_dir: default_socket_dir(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_group_timeout_applies_unless_the_environment_sets_one() {
+        let group = Some(Duration::from_secs(5));
+        let unset = Config::default();
+        assert_eq!(unset.group_timeout(group), Duration::from_secs(5));
+        assert_eq!(unset.group_timeout(None), DEFAULT_TIMEOUT);
+        assert_eq!(unset.group_timeout(Some(Duration::ZERO)), DEFAULT_TIMEOUT);
+        let set = Config {
+            timeout: Duration::from_millis(700),
+            timeout_from_env: true,
+            ..Config::default()
+        };
+        assert_eq!(set.group_timeout(group), Duration::from_millis(700));
     }
 }

@@ -84,7 +84,8 @@ pub enum ErrorKind {
     },
     /// Some ranks did not arrive in time.
     #[error(
-        "timed out after {waited:?} waiting for rank(s) {}",
+        "timed out after {} waiting for rank(s) {}",
+        Seconds(*.waited),
         crate::text::ranks(missing)
     )]
     Timeout {
@@ -137,19 +138,84 @@ pub struct Error {
     /// What went wrong.
     #[source]
     pub kind: ErrorKind,
+    /// The subgroup the ranks above belong to, when its ranks are not the global ones.
+    pub group: Option<Box<GroupLabel>>,
+}
+
+/// Names a subgroup in an error, so group ranks can be told from global ranks.
+#[derive(Debug, Clone)]
+pub struct GroupLabel {
+    /// Group name.
+    pub name: String,
+    /// Global rank of every group rank.
+    pub global_ranks: std::sync::Arc<[i32]>,
+}
+
+impl GroupLabel {
+    fn global(&self, rank: usize) -> String {
+        self.global_ranks
+            .get(rank)
+            .map_or_else(|| "?".into(), |g| g.to_string())
+    }
+
+    /// The global ranks of `group_ranks`, bounded as [`crate::text::ranks`] bounds a list.
+    fn globals(&self, group_ranks: &[usize]) -> String {
+        let listed = group_ranks.len().min(crate::text::MAX_RANKS_LISTED);
+        let mut out: Vec<String> = group_ranks[..listed]
+            .iter()
+            .map(|&r| self.global(r))
+            .collect();
+        if group_ranks.len() > listed {
+            out.push(format!("... {} more", group_ranks.len() - listed));
+        }
+        format!("[{}]", out.join(", "))
+    }
+}
+
+/// A duration as people read it in an error: `2.0 s`, `0.25 s`.
+pub struct Seconds(pub Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs_f64();
+        if s >= 1.0 || s == 0.0 {
+            write!(f, "{s:.1} s")
+        } else {
+            write!(f, "{s:.2} s")
+        }
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("symmwin")?;
+        let group = self.group.as_ref();
+        if let Some(g) = group {
+            write!(f, " group {:?}", g.name)?;
+        }
         if let Some(rank) = self.rank {
             write!(f, " rank {rank}")?;
+            if let Some(g) = group {
+                write!(f, " (global rank {})", g.global(rank))?;
+            }
         }
         write!(f, " [{}]", self.phase)?;
         if let Some(peer) = self.peer {
             write!(f, " peer {peer}")?;
+            if let Some(g) = group {
+                write!(f, " (global rank {})", g.global(peer))?;
+            }
         }
-        write!(f, ": {}", self.kind)
+        match (group, &self.kind) {
+            (Some(g), ErrorKind::Timeout { missing, waited }) => write!(
+                f,
+                ": timed out after {} waiting for group rank(s) {} (global rank(s) {})",
+                Seconds(*waited),
+                crate::text::ranks(missing),
+                g.globals(missing)
+            ),
+            (_, kind) => write!(f, ": {kind}"),
+        }
     }
 }
 
@@ -161,7 +227,24 @@ impl Error {
             phase,
             peer: None,
             kind,
+            group: None,
         }
+    }
+
+    /// Attach the subgroup whose ranks this error names (none for a group whose
+    /// ranks are the global ranks: there the numbers already agree).
+    pub fn in_group(mut self, name: &str, global_ranks: &[i32]) -> Self {
+        let identity = global_ranks
+            .iter()
+            .enumerate()
+            .all(|(r, &g)| usize::try_from(g) == Ok(r));
+        if self.group.is_none() && !identity {
+            self.group = Some(Box::new(GroupLabel {
+                name: name.to_owned(),
+                global_ranks: global_ranks.into(),
+            }));
+        }
+        self
     }
 
     /// Attach the reporting rank.

@@ -64,6 +64,15 @@ pub(crate) struct GroupShared {
     pub(crate) state: Mutex<GroupState>,
 }
 
+impl GroupShared {
+    /// Give an error this rank's context: its rank, and the subgroup when group
+    /// ranks are not global ranks.
+    pub(crate) fn context(&self, e: Error) -> Error {
+        e.at_rank(self.rank)
+            .in_group(&self.name, &self.global_ranks)
+    }
+}
+
 pub(crate) struct GroupState {
     pub(crate) next_seq: u64,
     pub(crate) endpoint: Endpoint,
@@ -134,6 +143,13 @@ impl Group {
             .nodename()
             .to_string_lossy()
             .into_owned();
+        tracing::debug!(
+            "group {:?}: rank {} of {}, waits for peers up to {}",
+            spec.name,
+            spec.rank,
+            spec.world,
+            crate::error::Seconds(config.timeout)
+        );
         Ok(Group {
             shared: Arc::new(GroupShared {
                 namespace: Namespace::new(&spec.name),

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore};
+//! use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, SignalOptions};
 //!
 //! # fn main() -> symmwin::Result<()> {
 //! // One rank here; a real job runs one process per rank and a shared store
@@ -22,7 +22,7 @@
 //! let peer = window.ptr(0)?; // rank 0's memory, here our own
 //! // SAFETY (example): the window maps `size()` writable bytes at every rank's slot.
 //! unsafe { (peer as *mut u64).write_volatile(42) };
-//! window.barrier(0, None, 0)?;
+//! window.barrier(SignalOptions::default())?; // channel 0, the group's timeout
 //! assert_eq!(unsafe { (alloc.ptr() as *const u64).read_volatile() }, 42);
 //! # Ok(())
 //! # }
@@ -37,6 +37,7 @@ pub mod exchange;
 pub mod group;
 pub mod layout;
 mod limits;
+pub mod logging;
 mod private_dir;
 pub mod probe;
 pub mod provider;
@@ -58,8 +59,14 @@ pub use provider::host::HostProvider;
 pub use provider::{HandleType, Provider, ProviderInfo, ProviderKind};
 pub use registry::Registry;
 pub use rendezvous::PhaseTimes;
+pub use signal::{SignalOptions, Stream};
 pub use store::{FileStore, MemoryStore, Store};
 pub use window::Window;
+
+/// This build's version and the git commit it was built from, e.g.
+/// `"0.1.0+g1a2b3c4d5e6f"` (`.dirty` for uncommitted changes; the bare version when
+/// built outside a git checkout). Results measured with a prebuilt library say what ran.
+pub const BUILD_VERSION: &str = env!("SYMMWIN_BUILD_VERSION");
 
 /// The guide in `docs/rust.md`, compiled as doc tests so its examples stay true.
 #[cfg(doctest)]

@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, StreamHandle, Table};
+use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, Table};
 use crate::signal::pool::PadLease;
+use crate::signal::{SignalOptions, Stream};
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]
@@ -93,7 +94,7 @@ impl Window {
         self.inner
             .layout
             .slot(rank)
-            .map_err(|e| e.at_rank(self.rank()))
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Addresses of every rank's memory, in rank order.
@@ -176,7 +177,7 @@ impl Window {
             .group
             .provider
             .upload(&words())
-            .map_err(|e| e.at_rank(self.rank()))?;
+            .map_err(|e| self.inner.group.context(e))?;
         let ptr = table.ptr();
         *slot = Some(table);
         Ok(ptr)
@@ -217,40 +218,33 @@ impl Window {
             &pads,
             self.timeout(timeout),
         )
-        .map_err(|e| e.at_rank(self.rank()))
+        .map_err(|e| self.inner.group.context(e))
     }
 
-    /// Signal every peer on `channel` and wait for all of them. `stream` orders the
-    /// operation on the device (ignored for host memory).
-    pub fn barrier(
-        &self,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.barrier(pads, channel, t, stream))
+    /// Signal every peer and wait for all of them, on the channel, timeout and stream
+    /// of `options` (the stream orders the operation on the device; host memory
+    /// ignores it).
+    pub fn barrier(&self, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.barrier(pads, channel, t, stream)
+        })
     }
 
-    /// Signal `dst` on `channel`.
-    pub fn put_signal(
-        &self,
-        dst: usize,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.put(pads, dst, channel, t, stream))
+    /// Signal rank `dst` on the channel of `options`.
+    pub fn put_signal(&self, dst: usize, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.put(pads, dst, channel, t, stream)
+        })
     }
 
-    /// Wait for `src`'s signal on `channel`.
-    pub fn wait_signal(
-        &self,
-        src: usize,
-        channel: usize,
-        timeout: Option<Duration>,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.signal_op(timeout, |s, pads, t| s.wait(pads, src, channel, t, stream))
+    /// Wait for rank `src`'s signal on the channel of `options`.
+    pub fn wait_signal(&self, src: usize, options: SignalOptions) -> Result<()> {
+        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        self.signal_op(options.timeout_given(), |s, pads, t| {
+            s.wait(pads, src, channel, t, stream)
+        })
     }
 
     /// Fails with [`crate::ErrorKind::ContextLost`] once a device-side wait of this
@@ -262,18 +256,18 @@ impl Window {
             .provider
             .signals()
             .check_errors()
-            .map_err(|e| e.at_rank(self.rank()))
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Wait for the signal operations enqueued on `stream`; a device-side timeout among
     /// them fails as [`crate::ErrorKind::ContextLost`].
-    pub fn synchronize(&self, stream: StreamHandle) -> Result<()> {
+    pub fn synchronize(&self, stream: Stream) -> Result<()> {
         self.inner
             .group
             .provider
             .signals()
-            .synchronize(stream)
-            .map_err(|e| e.at_rank(self.rank()))
+            .synchronize(stream.raw())
+            .map_err(|e| self.inner.group.context(e))
     }
 
     /// Zero `len` bytes of this rank's slot at `offset` (complete on return).

@@ -23,6 +23,7 @@ use symmwin::provider::SharedHandle;
 use symmwin::rendezvous::request::Request;
 use symmwin::store::Namespace;
 use symmwin::token::{stable_id, Token};
+use symmwin::SignalOptions;
 use symmwin::{
     Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry, Store,
     Window,
@@ -125,10 +126,10 @@ impl Pair {
                     s.spawn(move || -> Result<(), String> {
                         let e = |e: symmwin::Error| e.to_string();
                         w.write(1 - rank, 64 + rank, &[round]).map_err(e)?;
-                        w.barrier(0, None, 0).map_err(e)?;
+                        w.barrier(SignalOptions::default()).map_err(e)?;
                         let mut got = [0u8];
                         w.read(rank, 64 + (1 - rank), &mut got).map_err(e)?;
-                        w.barrier(1, None, 0).map_err(e)?;
+                        w.barrier(SignalOptions::channel(1)).map_err(e)?;
                         if got[0] != round {
                             return Err(format!("rank {rank} read {} not {round}", got[0]));
                         }
@@ -358,35 +359,40 @@ const CASES: &[Case] = &[
     ),
     (
         "put_signal to rank = world",
-        |c| err(c.pair.windows[0].put_signal(2, 0, None, 0)),
+        |c| err(c.pair.windows[0].put_signal(2, SignalOptions::default())),
         &["[signal]", "rank 2 out of range for world size 2"],
     ),
     (
         "wait_signal from rank usize::MAX",
-        |c| err(c.pair.windows[0].wait_signal(usize::MAX, 0, None, 0)),
+        |c| err(c.pair.windows[0].wait_signal(usize::MAX, SignalOptions::default())),
         &["out of range for world size 2"],
     ),
     (
         "barrier on channel 2^20",
-        |c| err(c.pair.windows[0].barrier(1 << 20, None, 0)),
+        |c| err(c.pair.windows[0].barrier(SignalOptions::channel(1 << 20))),
         &["channel 1048576 does not fit a signal pad of 9216 bytes at world size 2"],
     ),
     (
         "put_signal on channel usize::MAX",
-        |c| err(c.pair.windows[0].put_signal(1, usize::MAX, None, 0)),
+        |c| err(c.pair.windows[0].put_signal(1, SignalOptions::channel(usize::MAX))),
         &["does not fit a signal pad"],
     ),
     (
         "wait_signal nobody answers",
-        |c| err(c.pair.windows[0].wait_signal(1, 5, Some(Duration::from_millis(50)), 0)),
-        &["peer 1", "timed out after 50ms waiting for rank(s) [1]"],
+        |c| {
+            err(c.pair.windows[0].wait_signal(
+                1,
+                SignalOptions::channel(5).timeout(Duration::from_millis(50)),
+            ))
+        },
+        &["peer 1", "timed out after 0.05 s waiting for rank(s) [1]"],
     ),
     (
         "barrier on a window without pads",
         |c| {
             let a = Allocation::new(c.provider.clone(), 4096).unwrap();
             let w = solo(c).rendezvous_with_pads(&a, 0).unwrap();
-            err(w.barrier(0, None, 0))
+            err(w.barrier(SignalOptions::default()))
         },
         &["this window has no signal pads"],
     ),
@@ -542,7 +548,7 @@ const CASES: &[Case] = &[
         },
         &[
             "[exchange]",
-            "timed out after 300ms waiting for rank(s) [1]",
+            "timed out after 0.30 s waiting for rank(s) [1]",
         ],
     ),
     // --- what peers send

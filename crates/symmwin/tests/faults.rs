@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{assert_all_success, entries, field, result, Job, Ranks, DEFAULT_LIMIT};
+use symmwin::SignalOptions;
 use symmwin::{
     Allocation, Config, Error, ErrorKind, FileStore, Group, GroupSpec, HostProvider, Provider,
     Store,
@@ -188,17 +189,17 @@ fn fault(rank: usize, world: usize) -> String {
         match fault {
             Fault::AfterImport => kill_self(),
             Fault::InBarrier => {
-                window.barrier(0, None, 0).unwrap();
+                window.barrier(SignalOptions::default()).unwrap();
                 wait_to_be_killed();
             }
             other => panic!("the victim of {other:?} got a window"),
         }
     }
     if fault == Fault::InBarrier {
-        window.barrier(0, None, 0).unwrap();
+        window.barrier(SignalOptions::default()).unwrap();
     }
     let started = Instant::now();
-    let err = window.barrier(1, None, 0).unwrap_err();
+    let err = window.barrier(SignalOptions::channel(1)).unwrap_err();
     // The dead rank's memory stays mapped here until we let go of it.
     let mut byte = [0u8];
     window.read(victim, rank, &mut byte).unwrap();
@@ -217,10 +218,10 @@ fn fresh(rank: usize, world: usize) -> String {
     for peer in 0..world {
         window.write(peer, rank, &[rank as u8 + 1]).unwrap();
     }
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
     let mut got = vec![0u8; world];
     window.read(rank, 0, &mut got).unwrap();
-    window.barrier(1, None, 0).unwrap();
+    window.barrier(SignalOptions::channel(1)).unwrap();
     let wrong = (0..world).filter(|&r| got[r] != r as u8 + 1).count();
     format!("wrong={wrong}")
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
 use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
+use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
 /// Entry point of the worker processes; does nothing when run directly.
@@ -46,7 +47,7 @@ fn visible(rank: usize, world: usize) -> String {
             .write(peer, rank * chunk, &vec![rank as u8 + 1; chunk])
             .unwrap();
     }
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
     // Read through the allocation's own mapping: the window aliases the same memory.
     let own = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, chunk * world) };
     let wrong = (0..world)
@@ -56,7 +57,7 @@ fn visible(rank: usize, world: usize) -> String {
                 .any(|&b| b != src as u8 + 1)
         })
         .count();
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
     // Traffic of one more rendezvous (the pad pool already exists): one message out
     // and one handle in per peer.
     let before = group.exchange_counts();
@@ -104,7 +105,7 @@ fn cycles(rank: usize, world: usize) -> String {
     // One more collective so every rank has deleted its last request key.
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
-    sync.barrier(0, None, 0).unwrap();
+    sync.barrier(SignalOptions::default()).unwrap();
     drop((sync, sync_alloc));
     let (fds1, maps1) = (open_fds(), mappings());
     format!(
@@ -188,16 +189,16 @@ fn signals(rank: usize, world: usize) -> String {
     let window = group.rendezvous(&alloc).unwrap();
     let rounds = 200;
     for i in 0..rounds {
-        window.barrier(i % 4, None, 0).unwrap();
+        window.barrier(SignalOptions::channel(i % 4)).unwrap();
     }
     // A ring of put/wait on channel 1.
     let next = (rank + 1) % world;
     let prev = (rank + world - 1) % world;
     for _ in 0..rounds {
-        window.put_signal(next, 1, None, 0).unwrap();
-        window.wait_signal(prev, 1, None, 0).unwrap();
+        window.put_signal(next, SignalOptions::channel(1)).unwrap();
+        window.wait_signal(prev, SignalOptions::channel(1)).unwrap();
     }
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
     // Pads are zero at rest once every signal has been consumed.
     let pads = window.pad_ptrs();
     let own =
@@ -205,10 +206,13 @@ fn signals(rank: usize, world: usize) -> String {
     let nonzero = own.iter().filter(|&&w| w != 0).count();
     // A wait nobody answers times out and names the peer.
     let err = window
-        .wait_signal(prev, 2, Some(Duration::from_millis(100)), 0)
+        .wait_signal(
+            prev,
+            SignalOptions::channel(2).timeout(Duration::from_millis(100)),
+        )
         .unwrap_err();
-    let bad_channel = window.barrier(1 << 20, None, 0).unwrap_err();
-    window.barrier(0, None, 0).unwrap();
+    let bad_channel = window.barrier(SignalOptions::channel(1 << 20)).unwrap_err();
+    window.barrier(SignalOptions::default()).unwrap();
     format!(
         "nonzero={nonzero} timeout_peer={:?} bad_channel={}",
         err.peer,
@@ -225,7 +229,7 @@ fn intruded(rank: usize, world: usize) -> String {
     let alloc = Allocation::new(provider, 4096).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
     window.write(1 - rank, 0, &[0xA0 + rank as u8]).unwrap();
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
     let mut got = [0u8];
     window.read(rank, 0, &mut got).unwrap();
     format!(

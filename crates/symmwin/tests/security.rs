@@ -15,6 +15,7 @@ use common::{assert_all_success, field, result, Job};
 use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
 use symmwin::rendezvous::request::Request;
 use symmwin::token::stable_id;
+use symmwin::SignalOptions;
 use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Store};
 
 #[test]
@@ -116,7 +117,7 @@ fn logged(rank: usize, world: usize) -> String {
     // 1. A successful rendezvous (window and pad pool: two exchanges).
     let alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
-    window.barrier(0, None, 0).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
 
     // 2. Rank 1 sends rank 0 garbage, a forged message and a stale valid one (seq 0,
     //    right token): rank 0 logs a rejection and a dropped stale handle.
@@ -145,13 +146,16 @@ fn logged(rank: usize, world: usize) -> String {
     }
     let second = Allocation::new(provider.clone(), 4096).unwrap();
     let window2 = group.rendezvous(&second).unwrap();
-    window2.barrier(0, None, 0).unwrap();
+    window2.barrier(SignalOptions::default()).unwrap();
 
     // 3. Errors: a size mismatch, a signal timeout, a corrupt (truncated) request.
     let odd = Allocation::new(provider.clone(), 4096 * (1 + rank)).unwrap();
     let mismatch = group.rendezvous(&odd).unwrap_err();
     let timeout = window
-        .wait_signal(1 - rank, 3, Some(Duration::from_millis(20)), 0)
+        .wait_signal(
+            1 - rank,
+            SignalOptions::channel(3).timeout(Duration::from_millis(20)),
+        )
         .unwrap_err();
     let own = serde_json::to_vec(&store.request_of(rank)).unwrap();
     let cut = own.len() - 20; // inside the token string
@@ -167,7 +171,7 @@ fn logged(rank: usize, world: usize) -> String {
     show("request", format!("{:?}", store.request_of(1)));
     show("group", format!("{group:?}"));
     show("window", format!("{window:?}"));
-    window.barrier(1, None, 0).unwrap();
+    window.barrier(SignalOptions::channel(1)).unwrap();
     let tokens = store.tokens();
     let dir = PathBuf::from(std::env::var("STORE").unwrap());
     std::fs::write(

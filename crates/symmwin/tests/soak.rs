@@ -13,6 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{entries, field, join_group, mappings, open_fds, result, Job, Rng};
+use symmwin::SignalOptions;
 use symmwin::{Allocation, FileStore, Registry, Window};
 
 /// Cycles of the CI-sized run (about 10 s on 2 cores in a debug build).
@@ -79,7 +80,7 @@ fn exchange_tags(window: &Window, cycle: usize) -> usize {
             .write(peer, stride - 1 - rank, &[tag(cycle, rank)])
             .unwrap();
     }
-    window.barrier(cycle % 4, None, 0).unwrap();
+    window.barrier(SignalOptions::channel(cycle % 4)).unwrap();
     let mut head = vec![0u8; world];
     let mut tail = vec![0u8; world];
     window.read(rank, 0, &mut head).unwrap();
@@ -113,9 +114,9 @@ fn soak(rank: usize, world: usize) -> String {
     if let Some(sub) = &sub {
         let a = Allocation::new(provider.clone(), 4096).unwrap();
         let w = sub.rendezvous(&a).unwrap();
-        w.barrier(0, None, 0).unwrap();
+        w.barrier(SignalOptions::default()).unwrap();
     }
-    anchor.barrier(0, None, 0).unwrap();
+    anchor.barrier(SignalOptions::default()).unwrap();
     let before = (
         open_fds(),
         mappings(),
@@ -124,7 +125,7 @@ fn soak(rank: usize, world: usize) -> String {
     );
 
     // Nobody starts the next rendezvous (publishing keys) until everyone has counted.
-    anchor.barrier(1, None, 0).unwrap();
+    anchor.barrier(SignalOptions::channel(1)).unwrap();
     let start = Instant::now();
     let mut live: Vec<Live> = Vec::new();
     let (mut bad, mut dirty, mut biggest) = (0, 0, 0);
@@ -196,7 +197,7 @@ fn soak(rank: usize, world: usize) -> String {
     let secs = start.elapsed().as_secs_f64();
     // Every rank has returned from all its rendezvous (so deleted its keys) once it
     // is through this barrier; after the second one it may drop its sockets.
-    anchor.barrier(2, None, 0).unwrap();
+    anchor.barrier(SignalOptions::channel(2)).unwrap();
     let after = (
         open_fds(),
         mappings(),
@@ -204,7 +205,7 @@ fn soak(rank: usize, world: usize) -> String {
         store.len().unwrap(),
     );
     let pools = group.pad_pool_count() + sub.as_ref().map_or(0, |s| s.pad_pool_count());
-    anchor.barrier(3, None, 0).unwrap();
+    anchor.barrier(SignalOptions::channel(3)).unwrap();
     format!(
         "cycles={cycles} fds={}->{} maps={}->{} sockets={}->{} keys={}->{} pools={pools} \
          bad={bad} dirty={dirty} biggest={biggest} secs={secs:.2}",

@@ -1,6 +1,7 @@
 //! Rendezvous: publish a request, check that every rank agrees, exchange handles,
 //! import, and map every rank's memory into one flat span.
 
+mod claim;
 pub mod request;
 
 use std::time::Instant;
@@ -68,9 +69,8 @@ impl Group {
         alloc: &Allocation,
         pad_size: usize,
     ) -> Result<(Window, PhaseTimes)> {
-        let rank = self.shared.rank;
         let result = self.rendezvous_inner(alloc, pad_size);
-        result.map_err(|e| e.at_rank(rank))
+        result.map_err(|e| self.shared.context(e))
     }
 
     fn rendezvous_inner(
@@ -227,6 +227,7 @@ impl Group {
         let handle = memory.export()?;
         lap(&mut times.export_us);
         let deadline = Instant::now() + shared.timeout;
+        claim::check_own_key(shared, seq, &own_key, deadline)?;
         let (key, value) = (own_key.clone(), request.encode());
         store::deadline::call(
             &shared.store,
@@ -338,6 +339,6 @@ impl Group {
         } else {
             state.stale_keys.push(own_key);
         }
-        result
+        result.map_err(|e| claim::explain(shared, seq, e))
     }
 }

@@ -1,7 +1,10 @@
 //! Signal pads and the pool they come from. The barrier and signal operations
 //! themselves belong to each provider ([`crate::provider::Signals`]).
 
+mod options;
 pub(crate) mod pool;
+
+pub use options::{SignalOptions, Stream};
 
 /// torch's default pad size: 32 channels x 72 ranks x 4 bytes.
 pub const DEFAULT_PAD_SIZE: usize = 32 * 72 * 4;

@@ -140,6 +140,10 @@ impl Store for FileStore {
             Err(e) => Err(Error::os(Phase::Teardown, "unlink(store)", e)),
         }
     }
+
+    fn describe(&self) -> Option<String> {
+        Some(format!("store {}", self.dir.display()))
+    }
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ pub trait Store: Send + Sync {
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
     /// Remove `key`; removing a missing key is not an error.
     fn delete(&self, key: &str) -> Result<()>;
-    /// Who serves the store, for error messages (e.g. "TCPStore at host:29500").
+    /// Who serves the store or where its keys live, for error messages (e.g.
+    /// "TCPStore at host:29500", "store /dev/shm/job-1").
     fn describe(&self) -> Option<String> {
         None
     }
@@ -112,5 +113,10 @@ impl Namespace {
     /// The key for `rank`'s request of rendezvous number `seq`.
     pub fn request(&self, seq: u64, rank: usize) -> String {
         format!("{}{seq}/req/{rank}", self.prefix)
+    }
+
+    /// Where a second process claiming `rank` in rendezvous `seq` leaves its pid.
+    pub fn duplicate(&self, seq: u64, rank: usize) -> String {
+        format!("{}{seq}/dup/{rank}", self.prefix)
     }
 }

@@ -1,0 +1,364 @@
+//! The `symmwin` command as a user runs it: exit codes, messages, tables, JSON, and
+//! the supervisor's promise that no rank and no store outlives a run.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn symmwin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_symmwin"));
+    cmd.env_remove("SYMMWIN_LOG")
+        .env_remove("SYMMWIN_TIMEOUT_MS")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = symmwin();
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn counts_and_sizes_below_one_are_refused_naming_the_flag() {
+    for (args, flag) in [
+        (&["bench", "rendezvous", "--world", "0"][..], "--world"),
+        (&["bench", "rendezvous", "--iters", "0"][..], "--iters"),
+        (&["bench", "rendezvous", "--sizes", "1M,0"][..], "--sizes"),
+        (&["demo", "--world", "0"][..], "--world"),
+        (&["demo", "--iters", "0"][..], "--iters"),
+        (&["demo", "--size", "0"][..], "--size"),
+    ] {
+        let out = run(args, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(text(&out.stdout).is_empty(), "{args:?} printed a table");
+    }
+}
+
+#[test]
+fn the_demo_runs_with_a_fractional_size_and_says_what_auto_chose() {
+    let out = run(
+        &["demo", "--world", "2", "--size", "1.5M", "--iters", "1"],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let first = stdout.lines().next().unwrap_or_default();
+    // No GPU on a CI machine: auto resolves to host; a GPU machine says cuda.
+    assert!(
+        first == "symmwin demo: world 2, 1.5 MiB per peer, 1 round, provider auto → host"
+            || first.ends_with("provider auto → cuda"),
+        "{first}"
+    );
+    let rows: Vec<&str> = stdout.lines().skip(2).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in &rows {
+        assert!(row.ends_with("yes"), "{row}");
+    }
+    // Aligned: every row as wide as the header.
+    let header = stdout.lines().nth(1).unwrap();
+    assert!(rows.iter().all(|r| r.len() == header.len()), "{stdout}");
+}
+
+#[test]
+fn a_provider_that_cannot_work_fails_setup_once_before_any_rank() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        eprintln!("skipped: this machine has a CUDA driver");
+        return;
+    }
+    let out = run(&["demo", "--provider", "cuda"], &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.matches("setup failed").count(), 1, "{err}");
+    assert!(err.contains("--provider host"), "{err}");
+    assert!(!err.contains("verification"), "{err}");
+    assert!(text(&out.stdout).is_empty(), "no table without ranks");
+}
+
+#[test]
+fn a_bad_setting_is_reported_once_with_one_prefix() {
+    let out = run(&["demo"], &[("SYMMWIN_TIMEOUT_MS", "soon")]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err.trim(),
+        r#"symmwin setup failed [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number"#
+    );
+    let out = run(&["probe"], &[("SYMMWIN_LOG", "symmwin=loud")]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(r#"SYMMWIN_LOG="symmwin=loud" is not a log filter"#),
+        "{err}"
+    );
+    assert_eq!(err.matches("symmwin setup failed").count(), 1, "{err}");
+    assert!(!err.contains("symmwin ["), "one prefix: {err}");
+}
+
+#[test]
+fn symmwin_log_lets_the_ranks_logs_through() {
+    let args = ["demo", "--world", "2", "--size", "4K", "--iters", "1"];
+    let logged = run(&args, &[("SYMMWIN_LOG", "debug")]);
+    assert!(logged.status.success());
+    let err = text(&logged.stderr);
+    assert_eq!(err.matches("waits for peers up to").count(), 2, "{err}");
+    let quiet = run(&args, &[]);
+    assert!(quiet.status.success());
+    assert!(!text(&quiet.stderr).contains("waits for peers"));
+}
+
+fn version_of(doc: &serde_json::Value) -> &str {
+    doc["version"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn json_output_carries_version_world_size_and_rounded_numbers() {
+    let out = run(
+        &[
+            "demo", "--world", "2", "--size", "64K", "--iters", "2", "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let demo: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        version_of(&demo).starts_with(env!("CARGO_PKG_VERSION")),
+        "{demo}"
+    );
+    assert_eq!(
+        (demo["world"].as_u64(), demo["size"].as_u64()),
+        (Some(2), Some(65536))
+    );
+    assert_eq!(demo["ranks"].as_array().map(Vec::len), Some(2));
+    let args = [
+        "bench",
+        "rendezvous",
+        "--world",
+        "2",
+        "--sizes",
+        "64K",
+        "--iters",
+        "2",
+        "--json",
+    ];
+    let out = run(&args, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bench: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        version_of(&bench).starts_with(env!("CARGO_PKG_VERSION")),
+        "{bench}"
+    );
+    let row = &bench["rows"][0];
+    assert_eq!(
+        (row["world"].as_u64(), row["size"].as_u64()),
+        (Some(2), Some(65536))
+    );
+    assert_eq!(row["samples"].as_array().map(Vec::len), Some(4)); // 2 ranks x 2 repeats
+    for number in [&row["total"], &row["phases"]["gather"]] {
+        let x = number.as_f64().unwrap();
+        assert_eq!(x, (x * 1e3).round() / 1e3, "{number} is not rounded");
+    }
+}
+
+/// Pids of the running children of `parent` (from /proc).
+fn children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the comm may hold spaces, so split after ')'.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            fields.get(1) == Some(&parent.to_string().as_str()) && fields.first() != Some(&"Z")
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !state.is_empty()
+        && !state
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+}
+
+fn stores_of(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("symmwin-store-{pid}-");
+    ["/dev/shm".into(), std::env::temp_dir()]
+        .iter()
+        .filter_map(|root: &PathBuf| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill has no memory preconditions; pid is a process this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+}
+
+/// A long demo, once all its ranks are running; returns it and their pids.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits for it
+fn long_demo(world: usize) -> (Child, Vec<u32>) {
+    let mut demo = symmwin()
+        .args([
+            "demo",
+            "--world",
+            &world.to_string(),
+            "--size",
+            "4K",
+            "--iters",
+            "100000000",
+        ])
+        .env("SYMMWIN_TIMEOUT_MS", "1000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ranks = children(demo.id());
+        if ranks.len() == world && !stores_of(demo.id()).is_empty() {
+            std::thread::sleep(Duration::from_millis(300)); // past the first rendezvous
+            return (demo, ranks);
+        }
+        if Instant::now() > deadline {
+            let _ = demo.kill();
+            let _ = demo.wait();
+            panic!("demo never started its ranks");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_gone(ranks: &[u32], within: Duration) {
+    let deadline = Instant::now() + within;
+    while ranks.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "rank(s) outlived the demo: {ranks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stopped_rank_is_killed_and_the_demo_returns() {
+    let (mut demo, ranks) = long_demo(3);
+    signal(ranks[1], libc::SIGSTOP);
+    // Peers time out after 1 s; the supervisor gives the rest 1 s + 5 s more.
+    let status = wait_with_limit(&mut demo, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1));
+    assert_gone(&ranks, Duration::from_secs(2));
+    assert!(stores_of(demo.id()).is_empty());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("rank 1 killed: still running"), "{err}");
+    // The run stalled with rank 1 stopped; its progress line still came.
+    assert!(err.contains("all-to-all rounds "), "{err}");
+}
+
+#[test]
+fn sigterm_and_sigint_stop_the_ranks_and_remove_the_store() {
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let (mut demo, ranks) = long_demo(2);
+        signal(demo.id(), sig);
+        // Promptly, even while the ranks flood it with progress events.
+        let status = wait_with_limit(&mut demo, Duration::from_secs(3));
+        assert_eq!(status.code(), Some(code));
+        assert_gone(&ranks, Duration::from_secs(2));
+        assert!(
+            stores_of(demo.id()).is_empty(),
+            "store left after signal {sig}"
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_the_demo_takes_its_ranks_and_the_next_run_removes_its_store() {
+    let (mut demo, ranks) = long_demo(2);
+    signal(demo.id(), libc::SIGKILL);
+    demo.wait().unwrap();
+    assert_gone(&ranks, Duration::from_secs(5));
+    let left = stores_of(demo.id());
+    assert_eq!(left.len(), 1, "a killed demo cannot clean up itself");
+    let next = run(
+        &["demo", "--world", "1", "--size", "4K", "--iters", "1"],
+        &[],
+    );
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    assert!(
+        !left[0].exists(),
+        "the next run did not remove {}",
+        left[0].display()
+    );
+}
+
+#[test]
+fn a_rank_that_cannot_start_takes_the_started_ones_down() {
+    // Few file descriptors: the supervisor runs out of pipes a few ranks in.
+    let mut demo = Command::new("bash")
+        .args([
+            "-c",
+            "ulimit -n 16 && exec \"$0\" demo --world 8 --size 4K --iters 1",
+        ])
+        .arg(env!("CARGO_BIN_EXE_symmwin"))
+        .env_remove("SYMMWIN_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_with_limit(&mut demo, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("cannot start rank"), "{err}");
+    assert!(children(demo.id()).is_empty());
+    assert!(stores_of(demo.id()).is_empty());
+}
+
+#[test]
+fn without_a_terminal_progress_is_a_line_every_few_seconds() {
+    let (mut demo, _) = long_demo(2);
+    std::thread::sleep(Duration::from_millis(5600));
+    signal(demo.id(), libc::SIGTERM);
+    wait_with_limit(&mut demo, Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("all-to-all rounds "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].ends_with("/100000000 (5 s)"), "{}", lines[0]);
+}
