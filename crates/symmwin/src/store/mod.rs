@@ -36,7 +36,8 @@ pub trait Store: Send + Sync {
 
 /// Wait for every key in `keys`, returning the values in order. On timeout the
 /// error lists the indices (ranks) whose keys never appeared. A store call that
-/// blocks is not interrupted here: see [`deadline`] for the bound that holds anyway.
+/// blocks is not interrupted here; the rendezvous bounds its own store calls by its
+/// deadline (the crate-private `store::deadline`).
 pub fn gather(store: &dyn Store, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
     let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
