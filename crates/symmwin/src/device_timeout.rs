@@ -9,6 +9,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::error::Seconds;
+
 /// A device-side wait that ran past its limit; the kernel trapped afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceTimeout {
@@ -32,8 +34,12 @@ impl fmt::Display for DeviceTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "device {} on channel {} timed out after {:.1?} (limit {:?}) waiting for rank(s) {:?}",
-            self.op, self.channel, self.waited, self.limit, self.missing
+            "device {} on channel {} timed out after {} (limit {}) waiting for rank(s) {:?}",
+            self.op,
+            self.channel,
+            Seconds(self.waited),
+            Seconds(self.limit),
+            self.missing
         )?;
         if self.unlisted > 0 {
             write!(f, " and {} more", self.unlisted)?;
@@ -61,7 +67,7 @@ mod tests {
             limit: Duration::from_secs(5),
         };
         let text = t.to_string();
-        assert!(text.starts_with("device barrier on channel 1 timed out after 5.0s (limit 5s) waiting for rank(s) [2, 3] and 4 more;"), "{text}");
+        assert!(text.starts_with("device barrier on channel 1 timed out after 5.0 s (limit 5.0 s) waiting for rank(s) [2, 3] and 4 more;"), "{text}");
         assert!(
             text.contains("CUDA context is lost") && text.contains("must exit"),
             "{text}"
