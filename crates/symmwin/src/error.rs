@@ -178,7 +178,8 @@ pub struct Seconds(pub Duration);
 impl fmt::Display for Seconds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.0.as_secs_f64();
-        if s >= 1.0 || s == 0.0 {
+        // 0.999 s (a wait that ends a hair before its deadline) reads as 1.0 s.
+        if s >= 0.995 || s == 0.0 {
             write!(f, "{s:.1} s")
         } else {
             write!(f, "{s:.2} s")
@@ -289,3 +290,18 @@ impl Error {
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_as_people_write_them() {
+        let shown = |ms: u64| Seconds(Duration::from_millis(ms)).to_string();
+        assert_eq!(shown(2000), "2.0 s");
+        assert_eq!(shown(250), "0.25 s");
+        assert_eq!(shown(999), "1.0 s");
+        assert_eq!(shown(50), "0.05 s");
+        assert_eq!(shown(0), "0.0 s");
+    }
+}
