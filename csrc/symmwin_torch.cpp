@@ -113,10 +113,15 @@ c10d::Store& store_of(void* ctx) {
   return *static_cast<StoreRef*>(ctx)->store;
 }
 
-// A c10d error that means the store's server is gone, not merely slow.
+// A c10d error that means the store's server is gone, not merely slow. A read of 0
+// bytes is torch's "Failed to recv, got 0 bytes. Connection was likely closed".
 bool server_gone(const std::string& what) {
   for (const char* sign :
-       {"Connection reset", "Broken pipe", "Connection refused", "EOF"}) {
+       {"Connection reset",
+        "Broken pipe",
+        "Connection refused",
+        "EOF",
+        "Connection was likely closed"}) {
     if (what.find(sign) != std::string::npos) {
       return true;
     }
