@@ -414,12 +414,14 @@ def _after_device_timeout(ctx, hdl, start: float) -> dict:
         out["sync_error"] = None
     except RuntimeError as e:
         out["sync_error"] = f"{type(e).__name__}: {_first_line(e)}"
+        out["sync_error_is_symmwin_timeout"] = isinstance(e, symmwin.TimeoutError)
     out["raised_after_s"] = round(time.monotonic() - start, 3)
     try:
         hdl.barrier(channel=2, timeout_ms=1000)
         out["next_call_error"] = None
     except RuntimeError as e:
         out["next_call_error"] = _first_line(e)
+        out["next_call_is_symmwin_timeout"] = isinstance(e, symmwin.TimeoutError)
     try:
         _p2p(ctx, 16)
         out["alloc_error"] = None

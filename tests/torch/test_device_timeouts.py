@@ -61,6 +61,9 @@ def _assert_loud(o: RankOutcome, op: str, peer: int, limit_s: float) -> None:
     message = r["next_call_error"] or ""
     assert message.startswith(f"symmwin rank {o.rank} [signal] peer {peer}: device {op} on channel 1 timed out"), message
     assert f"waiting for rank(s) [{peer}]" in message and "must exit" in message, message
+    # symmwin's report is its own timeout class; torch's synchronize error stays torch's.
+    assert r.get("next_call_is_symmwin_timeout"), message
+    assert not r.get("sync_error_is_symmwin_timeout"), r["sync_error"]
     # An allocation must raise too (torch may get there first with its own CUDA error).
     assert r["alloc_error"], "allocating after a device timeout must raise"
     line = _device_line(o) or ""
