@@ -459,11 +459,17 @@ def gpu_timeout_alone(ctx):
     for rank 1, which never takes part."""
     hdl = _ready_window(ctx)
     if ctx.rank != 0:
+        # Stay alive until rank 0 is done, as torch's negative tests do: a rank that
+        # exits frees its window, which zeroes its pad slots and so would consume the
+        # signal a second put_signal is waiting on.
+        dist.barrier()
         ctx.exit_code = 0
         return {"rank": ctx.rank, "idle": True}
     start = time.monotonic()
     _timed_op(hdl, ctx.args["op"], 1, 1000)
-    return _after_device_timeout(ctx, hdl, start)
+    out = _after_device_timeout(ctx, hdl, start)
+    dist.barrier()  # gloo, on the CPU: still works with the CUDA context lost
+    return out
 
 
 def _graph_of(fn):
@@ -489,11 +495,14 @@ def gpu_timeout_in_replay(ctx):
     ctx.sync()
     dist.barrier()
     if ctx.rank != 0:
+        dist.barrier()  # alive until rank 0 is done (see gpu_timeout_alone)
         ctx.exit_code = 0
         return {"rank": ctx.rank, "idle": True}
     start = time.monotonic()
     graph.replay()
-    return _after_device_timeout(ctx, hdl, start)
+    out = _after_device_timeout(ctx, hdl, start)
+    dist.barrier()
+    return out
 
 
 def gpu_signal_soak(ctx):

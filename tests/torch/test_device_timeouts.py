@@ -52,12 +52,22 @@ def _report(title: str, outcomes: list[RankOutcome]) -> None:
             f.write(text + "\n")
 
 
-def _assert_loud(o: RankOutcome, op: str, peer: int, limit_s: float) -> None:
-    """`o` timed out in `op` waiting for `peer` and said so everywhere it must."""
+def _raise_slack_s(world: int) -> float:
+    """How long after its limit a survivor may raise: 1 s with one rank per GPU. Ranks
+    sharing a GPU time-slice it, which delays both the start of a waiting kernel (its
+    limit counts from there) and the delivery of another context's trap; measured at
+    world 4 on one GPU: 5.95-6.08 s for a 5 s limit."""
+    ranks_per_gpu = -(-world // max(1, torch.cuda.device_count()))
+    return 1.0 if ranks_per_gpu <= 2 else 1.5
+
+
+def _assert_loud(o: RankOutcome, op: str, peer: int, limit_s: float, slack_s: float = 1.0) -> None:
+    """`o` timed out in `op` waiting for `peer` and said so everywhere it must, within
+    `slack_s` of `limit_s`."""
     assert o.returncode == 0 and o.result and o.result["ok"], o.output[-3000:]
     r = o.result["value"]
     assert r["sync_error"], "torch.cuda.synchronize() must raise after a device timeout"
-    assert r["raised_after_s"] < limit_s + 1.0, r["raised_after_s"]
+    assert r["raised_after_s"] < limit_s + slack_s, r["raised_after_s"]
     message = r["next_call_error"] or ""
     assert message.startswith(f"symmwin rank {o.rank} [signal] peer {peer}: device {op} on channel 1 timed out"), message
     assert f"waiting for rank(s) [{peer}]" in message and "must exit" in message, message
@@ -86,7 +96,7 @@ def test_killed_peer_fails_every_survivor(op, world):
     victim = world - 1
     assert outcomes[victim].returncode == -signal.SIGKILL
     for o in outcomes[:victim]:
-        _assert_loud(o, op, victim, KILL_TIMEOUT_MS / 1000)
+        _assert_loud(o, op, victim, KILL_TIMEOUT_MS / 1000, _raise_slack_s(world))
 
 
 @pytest.mark.parametrize("op", OPS)

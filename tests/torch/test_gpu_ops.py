@@ -1,4 +1,4 @@
-"""torch's symm_mem ops on SYMMWIN memory (CUDA, at least 2 GPUs).
+"""torch's symm_mem ops on SYMMWIN memory (CUDA; ranks share GPUs round-robin).
 
 Each op is checked against the analytic result inside the ranks; the same scenario
 is also run on torch's own CUDA backend (a separate world that never calls
@@ -11,7 +11,7 @@ import torch
 
 from harness import WorldFailed, run_world
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # World 4 on fewer GPUs shares them round-robin (see worker.py).
 WORLDS = [2, 4]
