@@ -99,7 +99,14 @@ impl Group {
             state.next_seq += 1;
             return Err(Error::invalid(message));
         }
-        let (pools, free) = shared.pads.snapshot(pad_size);
+        let provider = &shared.provider;
+        let (pools, free) = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
+            let mut bytes = vec![0u8; len];
+            // SAFETY: `addr..addr + len` is this rank's own pad in a pool window the
+            // group keeps mapped for as long as `shared.pads` lives.
+            let read = unsafe { provider.read(addr, &mut bytes) };
+            read.is_ok() && bytes.iter().all(|&b| b == 0)
+        });
         let ask = PadAsk {
             pad_size,
             pools,
@@ -157,25 +164,22 @@ impl Group {
                 shared.pads.grow(
                     pad_size,
                     PoolWindow {
-                        span: pool_window.span,
+                        _span: pool_window.span,
                         layout: pool_window.layout,
                     },
                 );
                 pools * pool::slots_per_pool(bytes, pad_size)
             }
         };
-        shared
-            .pads
-            .take(pad_size, slot, shared.rank)
-            .ok_or_else(|| {
-                Error::new(
-                    Phase::Map,
-                    ErrorKind::Mismatch {
-                        field: "pad_free",
-                        detail: format!("slot {slot} agreed by all ranks is not free here"),
-                    },
-                )
-            })
+        shared.pads.take(pad_size, slot).ok_or_else(|| {
+            Error::new(
+                Phase::Map,
+                ErrorKind::Mismatch {
+                    field: "pad_free",
+                    detail: format!("slot {slot} agreed by all ranks is not free here"),
+                },
+            )
+        })
     }
 
     /// The collective core: publish, gather, validate, exchange, map.

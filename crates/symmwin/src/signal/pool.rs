@@ -5,7 +5,16 @@
 //! lowest one free on *all* ranks, so windows freed in different orders on different
 //! ranks (garbage collection) can never make two live windows share a pad. When no
 //! slot is free everywhere, every rank sees that same fact and grows the pool
-//! together. Pads are zero at rest: a pad is zeroed when its window is freed.
+//! together.
+//!
+//! Pads are zero at rest, because every put is consumed by a wait. They are *not*
+//! zeroed when a window is freed: the free happens on the host while kernels queued on
+//! the user's streams may still be waiting on the pad, and a peer may already have
+//! written the signal such a kernel is about to consume, so zeroing would erase it
+//! and hang that kernel. Instead a freed slot is *dirty* until this rank sees its own
+//! pad all zero again (checked when the next request is built); until then it is not
+//! offered as free, so a stray signal (a put no one waited for) quarantines its slot
+//! rather than leaking into the next window.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +26,8 @@ use crate::provider::Span;
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
 #[derive(Debug)]
 pub(crate) struct PoolWindow {
-    pub(crate) span: Box<dyn Span>,
+    /// Keeps every rank's pads mapped while any lease or the pool lives.
+    pub(crate) _span: Box<dyn Span>,
     pub(crate) layout: FlatLayout,
 }
 
@@ -25,6 +35,8 @@ pub(crate) struct PoolWindow {
 struct PadSet {
     pools: Vec<Arc<PoolWindow>>,
     used: Vec<bool>,
+    /// Freed, but this rank's pad was not yet seen all zero.
+    dirty: Vec<bool>,
 }
 
 /// Every pad pool of one group, by pad size.
@@ -60,17 +72,41 @@ pub(crate) fn common_free_slot(bitmaps: &[&[u64]]) -> Option<usize> {
 }
 
 impl PadPools {
-    /// Pools and free bitmap for `pad_size`, as published in a request.
-    pub(crate) fn snapshot(&self, pad_size: usize) -> (usize, Vec<u64>) {
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(set) = sets.get(&pad_size) else {
+    /// Pools and free bitmap for `pad_size`, as published in a request. A dirty slot
+    /// counts as free once `is_zero(address, len)` finds this rank's pad all zero.
+    pub(crate) fn snapshot(
+        &self,
+        pad_size: usize,
+        rank: usize,
+        is_zero: impl Fn(usize, usize) -> bool,
+    ) -> (usize, Vec<u64>) {
+        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(set) = sets.get_mut(&pad_size) else {
             return (0, Vec::new());
         };
+        let per_pool = set
+            .pools
+            .first()
+            .map_or(1, |p| slots_per_pool(p.layout.stride, pad_size));
         let mut bits = vec![0u64; set.used.len().div_ceil(64)];
-        for (i, used) in set.used.iter().enumerate() {
-            if !used {
-                bits[i / 64] |= 1 << (i % 64);
+        for slot in 0..set.used.len() {
+            if set.used[slot] {
+                continue;
             }
+            if set.dirty[slot] {
+                let Some(own) = set.pools.get(slot / per_pool).and_then(|pool| {
+                    let base = pool.layout.slot(rank).ok()?;
+                    Some(base + (slot % per_pool) * pad_size)
+                }) else {
+                    continue;
+                };
+                if !is_zero(own, pad_size) {
+                    tracing::debug!("signal pad slot {slot} still holds a signal; not reused yet");
+                    continue;
+                }
+                set.dirty[slot] = false;
+            }
+            bits[slot / 64] |= 1 << (slot % 64);
         }
         (set.pools.len(), bits)
     }
@@ -82,15 +118,11 @@ impl PadPools {
         let set = sets.entry(pad_size).or_default();
         set.pools.push(Arc::new(pool));
         set.used.extend(std::iter::repeat_n(false, slots));
+        set.dirty.extend(std::iter::repeat_n(false, slots));
     }
 
     /// Mark `slot` used and return where its pads are.
-    pub(crate) fn take(
-        self: &Arc<Self>,
-        pad_size: usize,
-        slot: usize,
-        rank: usize,
-    ) -> Option<PadLease> {
+    pub(crate) fn take(self: &Arc<Self>, pad_size: usize, slot: usize) -> Option<PadLease> {
         let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
         let set = sets.get_mut(&pad_size)?;
         let per_pool = slots_per_pool(set.pools.first()?.layout.stride, pad_size);
@@ -106,7 +138,6 @@ impl PadPools {
             pad_size,
             slot,
             offset: (slot % per_pool) * pad_size,
-            rank,
         })
     }
 
@@ -117,7 +148,8 @@ impl PadPools {
     }
 }
 
-/// A window's claim on one pad slot. Zeroes this rank's pad and frees the slot on drop.
+/// A window's claim on one pad slot. Frees the slot, dirty, on drop (see the module
+/// docs for why it is not zeroed).
 #[derive(Debug)]
 pub(crate) struct PadLease {
     pools: Arc<PadPools>,
@@ -125,7 +157,6 @@ pub(crate) struct PadLease {
     pad_size: usize,
     slot: usize,
     offset: usize,
-    rank: usize,
 }
 
 impl PadLease {
@@ -145,16 +176,14 @@ impl PadLease {
 
 impl Drop for PadLease {
     fn drop(&mut self) {
-        let own = self.rank * self.pool.layout.stride + self.offset;
-        if let Err(e) = self.pool.span.zero(own, self.pad_size) {
-            tracing::error!("zeroing a signal pad on free failed: {e}");
-        }
         let mut sets = self.pools.sets.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(used) = sets
-            .get_mut(&self.pad_size)
-            .and_then(|s| s.used.get_mut(self.slot))
-        {
-            *used = false;
+        if let Some(set) = sets.get_mut(&self.pad_size) {
+            if let (Some(used), Some(dirty)) =
+                (set.used.get_mut(self.slot), set.dirty.get_mut(self.slot))
+            {
+                *used = false;
+                *dirty = true;
+            }
         }
     }
 }
@@ -174,6 +203,55 @@ mod tests {
         let e = [u64::MAX, u64::MAX];
         assert_eq!(common_free_slot(&[&d, &e]), Some(69));
         assert_eq!(common_free_slot(&[]), None);
+    }
+
+    /// A freed slot whose pad still holds a signal (a kernel queued before the free
+    /// has not consumed it yet) is not offered again until the pad reads all zero, and
+    /// the free itself never touches the pad.
+    #[test]
+    fn freed_slot_is_offered_only_once_its_pad_reads_zero() {
+        use crate::provider::Provider;
+        let provider = crate::HostProvider::new();
+        let (pad, world, rank) = (4096, 2, 1);
+        let stride = pad * MIN_SLOTS;
+        // Never mapped: the pool must not write to it (a write would fault).
+        let span = provider.reserve(stride * world).unwrap();
+        let layout = FlatLayout::new(span.base(), stride, world).unwrap();
+        let pools = Arc::new(PadPools::default());
+        pools.grow(
+            pad,
+            PoolWindow {
+                _span: span,
+                layout,
+            },
+        );
+
+        let lease = pools.take(pad, 3).unwrap();
+        assert_eq!(
+            pools.take(pad, 3).map(|_| ()),
+            None,
+            "a used slot is not taken twice"
+        );
+        let own_pad = layout.slot(rank).unwrap() + 3 * pad;
+        drop(lease);
+
+        let asked = std::cell::RefCell::new(Vec::new());
+        let (_, busy) = pools.snapshot(pad, rank, |addr, len| {
+            asked.borrow_mut().push((addr, len));
+            false
+        });
+        assert_eq!(*asked.borrow(), vec![(own_pad, pad)]);
+        assert_eq!(busy[0] & (1 << 3), 0, "a pad holding a signal is not free");
+        assert_eq!(busy[0] & 0b111, 0b111, "clean slots stay free");
+
+        let (_, free) = pools.snapshot(pad, rank, |_, _| true);
+        assert_ne!(
+            free[0] & (1 << 3),
+            0,
+            "a pad read back as zero is free again"
+        );
+        let (_, again) = pools.snapshot(pad, rank, |_, _| unreachable!("clean slots are not read"));
+        assert_eq!(again, free);
     }
 
     #[test]
