@@ -11,8 +11,8 @@ use crate::ProviderChoice;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Alloc + rendezvous + free latency, split into create, publish, gather,
-    /// reserve, exchange, import+map and pad phases.
+    /// Alloc + rendezvous + free latency, split into create, export (wait), publish,
+    /// gather, reserve, exchange, import, map and pad phases.
     Rendezvous {
         /// World sizes to run (comma-separated).
         #[arg(long, default_value = "2", value_delimiter = ',')]
@@ -54,7 +54,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         .join(",");
     let mut all = Vec::new();
     println!(
-        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
+        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
         "world",
         "size",
         "alloc+rdv ms med (range)",
@@ -64,7 +64,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         "gather",
         "reserve",
         "exch",
-        "imp+map",
+        "import",
+        "map",
         "pads",
         "other",
         "free"
@@ -125,7 +126,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 med(&move |s: &Value| s["phases"][name].as_f64().unwrap_or(f64::NAN))
             };
             println!(
-                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
+                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
                 w,
                 crate::human_size(size),
                 total / 1e3,
@@ -137,7 +138,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 phase("gather_us"),
                 phase("reserve_us"),
                 phase("exchange_us"),
-                phase("import_map_us"),
+                phase("import_us"),
+                phase("map_us"),
                 phase("pads_us"),
                 med(&|s: &Value| {
                     let phases: f64 = s["phases"].as_object().into_iter().flatten().filter_map(|(_, v)| v.as_f64()).sum();

@@ -1,11 +1,12 @@
 //! Local memory that can later become a window of any group.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::export_ahead::ExportAhead;
 use crate::layout::round_up;
-use crate::provider::{Memory, Provider, Span};
+use crate::provider::{Memory, Provider, SharedHandle, Span};
 
 /// Physical memory plus this process's own mapping of it. Cheap to clone.
 ///
@@ -21,7 +22,10 @@ struct AllocationInner {
     id: u64,
     size: usize,
     local: Box<dyn Span>,
-    memory: Box<dyn Memory>,
+    memory: Arc<dyn Memory>,
+    /// The handle exported when the memory was made, until a rendezvous takes it;
+    /// later rendezvous (of other groups) export again.
+    ahead: Mutex<Option<ExportAhead>>,
     provider: Arc<dyn Provider>,
 }
 
@@ -35,7 +39,10 @@ impl Allocation {
         }
         let info = provider.info();
         let physical = round_up(size, info.granularity)?;
-        let memory = provider.create(physical)?;
+        let memory: Arc<dyn Memory> = Arc::from(provider.create(physical)?);
+        // Exporting overlaps mapping and zeroing the local view, and whatever the
+        // caller does before its rendezvous.
+        let ahead = ExportAhead::start(Arc::clone(&memory));
         let mut local = provider.reserve(physical)?;
         local.map(0, memory.as_ref())?;
         if !info.zero_on_create {
@@ -47,6 +54,7 @@ impl Allocation {
                 size,
                 local,
                 memory,
+                ahead: Mutex::new(Some(ahead)),
                 provider,
             }),
         })
@@ -80,6 +88,21 @@ impl Allocation {
     /// The physical memory (for export).
     pub(crate) fn memory(&self) -> &dyn Memory {
         self.inner.memory.as_ref()
+    }
+
+    /// A shareable handle to the memory: the one exported ahead if no rendezvous has
+    /// taken it yet (waiting for it if needed), a new one otherwise.
+    pub(crate) fn export(&self) -> Result<SharedHandle> {
+        let ahead = self
+            .inner
+            .ahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match ahead {
+            Some(ahead) => ahead.wait(),
+            None => self.inner.memory.export(),
+        }
     }
 
     /// Offset of `ptr` inside this allocation's local view, if it is inside.

@@ -33,6 +33,7 @@ pub mod allocation;
 pub mod config;
 pub mod error;
 pub mod exchange;
+mod export_ahead;
 pub mod group;
 pub mod layout;
 mod private_dir;

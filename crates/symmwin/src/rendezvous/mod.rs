@@ -1,6 +1,7 @@
 //! Rendezvous: publish a request, check that every rank agrees, exchange handles,
 //! import, and map every rank's memory into one flat span.
 
+mod import;
 pub mod request;
 
 use std::time::Instant;
@@ -10,7 +11,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::{PeerAddress, Round};
 use crate::group::{Group, GroupState};
 use crate::layout::FlatLayout;
-use crate::provider::{Memory, Span};
+use crate::provider::{Memory, SharedHandle, Span};
 use crate::signal::pool::{self, PoolWindow};
 use crate::store;
 use crate::token::Token;
@@ -20,18 +21,24 @@ use request::{Request, PROTOCOL_VERSION};
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
-    /// Exporting a shareable handle to our memory.
+    /// Getting the shareable handle to our memory: for an allocation, waiting for the
+    /// export started when it was made (zero when that has finished); for a pad pool,
+    /// the export itself.
     pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
     /// Waiting for and validating every request.
     pub gather_us: f64,
-    /// Reserving the span and mapping our own memory.
+    /// Reserving the span (and mapping and zeroing our own memory first where it must
+    /// be zeroed before any peer can map it: pad pools).
     pub reserve_us: f64,
-    /// Exporting, sending and receiving handles.
+    /// Sending our handle to every peer and receiving theirs.
     pub exchange_us: f64,
-    /// Importing and mapping peers' memory.
-    pub import_map_us: f64,
+    /// Importing peers' handles.
+    pub import_us: f64,
+    /// Mapping every slot not mapped yet and granting access (once per contiguous
+    /// run of slots).
+    pub map_us: f64,
     /// Pad pool work (slot choice; pool growth when needed).
     pub pads_us: f64,
 }
@@ -107,7 +114,7 @@ impl Group {
         };
         let exchanged = self.exchange(
             &mut state,
-            alloc.memory(),
+            (alloc.memory(), &|| alloc.export()),
             alloc.size(),
             &ask,
             false,
@@ -152,8 +159,9 @@ impl Group {
                     pools: 0,
                     free: Vec::new(),
                 };
+                let export = || memory.export();
                 let pool_window =
-                    self.exchange(state, memory.as_ref(), bytes, &ask, true, times)?;
+                    self.exchange(state, (memory.as_ref(), &export), bytes, &ask, true, times)?;
                 shared.pads.grow(
                     pad_size,
                     PoolWindow {
@@ -178,11 +186,12 @@ impl Group {
             })
     }
 
-    /// The collective core: publish, gather, validate, exchange, map.
+    /// The collective core: publish, gather, validate, exchange, map. `memory` comes
+    /// with the way to get its shareable handle.
     fn exchange(
         &self,
         state: &mut GroupState,
-        memory: &dyn Memory,
+        (memory, export): (&dyn Memory, &dyn Fn() -> Result<SharedHandle>),
         size: usize,
         pads: &PadAsk,
         zero_own: bool,
@@ -221,22 +230,25 @@ impl Group {
         };
         // Export before publishing: a rank that cannot export must not make peers wait
         // for a handle that will never come longer than the timeout.
-        let handle = memory.export()?;
+        let handle = export()?;
         lap(&mut times.export_us);
-        shared
-            .store
-            .set(&own_key, &request.encode())
-            .map_err(|e| Error {
-                phase: Phase::Publish,
-                ..e
-            })?;
+        let encoded = request.encode();
+        shared.store.set(&own_key, &encoded).map_err(|e| Error {
+            phase: Phase::Publish,
+            ..e
+        })?;
         lap(&mut times.publish_us);
 
         let result = (|| {
             let keys: Vec<String> = (0..shared.world)
                 .map(|r| shared.namespace.request(seq, r))
                 .collect();
-            let values = store::gather(shared.store.as_ref(), &keys, shared.timeout)?;
+            let values = store::gather(
+                shared.store.as_ref(),
+                &keys,
+                (shared.rank, &encoded),
+                shared.timeout,
+            )?;
             let requests = values
                 .iter()
                 .enumerate()
@@ -269,8 +281,11 @@ impl Group {
             let span_len = FlatLayout::span_len(stride, shared.world)?;
             let mut span = shared.provider.reserve(span_len)?;
             let layout = FlatLayout::new(span.base(), stride, shared.world)?;
-            span.map(shared.rank * stride, memory)?;
-            if zero_own && !info.zero_on_create {
+            // Memory that must be zeroed here is zeroed before any peer gets its handle;
+            // otherwise our slot is mapped with the peers', in one batch.
+            let own_mapped = zero_own && !info.zero_on_create;
+            if own_mapped {
+                span.map(shared.rank * stride, memory)?;
                 span.zero(shared.rank * stride, stride)?;
             }
             lap(&mut times.reserve_us);
@@ -287,16 +302,15 @@ impl Group {
             drop(handle);
             lap(&mut times.exchange_us);
 
-            for (peer, handle) in handles.into_iter().enumerate() {
-                let Some(handle) = handle else { continue };
-                let imported = shared
-                    .provider
-                    .import(handle, stride)
-                    .map_err(|e| e.with_peer(peer))?;
-                span.map(peer * stride, imported.as_ref())
-                    .map_err(|e| e.with_peer(peer))?;
-            }
-            lap(&mut times.import_map_us);
+            let imported = import::import_all(shared.provider.as_ref(), handles, stride)?;
+            lap(&mut times.import_us);
+            map_slots(
+                span.as_mut(),
+                &layout,
+                (shared.rank, memory, own_mapped),
+                &imported,
+            )?;
+            lap(&mut times.map_us);
             Ok(Exchanged {
                 span,
                 layout,
@@ -317,4 +331,31 @@ impl Group {
         }
         result
     }
+}
+
+/// Map every slot of the span not mapped yet, in one batch: ours (unless `own.2` says
+/// it already is) and each imported peer's. Errors name the peer whose slot failed.
+fn map_slots(
+    span: &mut dyn Span,
+    layout: &FlatLayout,
+    own: (usize, &dyn Memory, bool),
+    imported: &[(usize, Box<dyn Memory>)],
+) -> Result<()> {
+    let (rank, memory, already_mapped) = own;
+    let mut slots: Vec<(usize, usize, &dyn Memory)> = Vec::with_capacity(imported.len() + 1);
+    if !already_mapped {
+        slots.push((rank, layout.slot(rank)? - layout.base, memory));
+    }
+    for (peer, memory) in imported {
+        slots.push((*peer, layout.slot(*peer)? - layout.base, memory.as_ref()));
+    }
+    let items: Vec<(usize, &dyn Memory)> = slots.iter().map(|&(_, o, m)| (o, m)).collect();
+    span.map_all(&items).map_err(|(i, e)| {
+        let owner = slots[i].0;
+        if owner == rank {
+            e
+        } else {
+            e.with_peer(owner)
+        }
+    })
 }
