@@ -45,6 +45,7 @@ pub mod signal;
 pub mod store;
 pub mod token;
 pub mod window;
+pub mod window_cache;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};

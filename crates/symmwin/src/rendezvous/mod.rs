@@ -3,6 +3,7 @@
 
 mod import;
 pub mod request;
+mod reuse;
 
 use std::time::Instant;
 
@@ -11,12 +12,14 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::{PeerAddress, Round};
 use crate::group::{Group, GroupState};
 use crate::layout::FlatLayout;
-use crate::provider::{Memory, SharedHandle, Span};
+use crate::provider::{Memory, Span};
 use crate::signal::pool::{self, PoolWindow};
 use crate::store;
 use crate::token::Token;
 use crate::window::Window;
+use crate::window_cache;
 use request::{Request, PROTOCOL_VERSION};
+use reuse::Own;
 
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -41,6 +44,9 @@ pub struct PhaseTimes {
     pub map_us: f64,
     /// Pad pool work (slot choice; pool growth when needed).
     pub pads_us: f64,
+    /// Every rank took the same released window over whole: no export, exchange,
+    /// import or map.
+    pub reused: bool,
 }
 
 /// What a finished exchange produced.
@@ -48,6 +54,10 @@ struct Exchanged {
     span: Box<dyn Span>,
     layout: FlatLayout,
     requests: Vec<Request>,
+    /// The rendezvous number that made it.
+    seq: u64,
+    /// It is a released window taken over whole: no handles went between the ranks.
+    reused: bool,
 }
 
 /// Pad information a request carries.
@@ -114,7 +124,7 @@ impl Group {
         };
         let exchanged = self.exchange(
             &mut state,
-            (alloc.memory(), &|| alloc.export()),
+            Own::Alloc(alloc),
             alloc.size(),
             &ask,
             false,
@@ -133,6 +143,7 @@ impl Group {
             exchanged.layout,
             alloc.size(),
             lease,
+            Some((alloc.clone(), exchanged.seq)),
         );
         Ok((window, times))
     }
@@ -159,9 +170,8 @@ impl Group {
                     pools: 0,
                     free: Vec::new(),
                 };
-                let export = || memory.export();
                 let pool_window =
-                    self.exchange(state, (memory.as_ref(), &export), bytes, &ask, true, times)?;
+                    self.exchange(state, Own::Pool(memory.as_ref()), bytes, &ask, true, times)?;
                 shared.pads.grow(
                     pad_size,
                     PoolWindow {
@@ -186,12 +196,11 @@ impl Group {
             })
     }
 
-    /// The collective core: publish, gather, validate, exchange, map. `memory` comes
-    /// with the way to get its shareable handle.
+    /// The collective core: publish, gather, validate, exchange, map.
     fn exchange(
         &self,
         state: &mut GroupState,
-        (memory, export): (&dyn Memory, &dyn Fn() -> Result<SharedHandle>),
+        own: Own<'_>,
         size: usize,
         pads: &PadAsk,
         zero_own: bool,
@@ -201,6 +210,8 @@ impl Group {
         let seq = state.next_seq;
         state.next_seq += 1;
         let info = shared.provider.info();
+        let memory = own.memory();
+        let offer = own.offer(&self.shared);
         let own_key = shared.namespace.request(seq, shared.rank);
         let request = Request {
             version: PROTOCOL_VERSION,
@@ -221,6 +232,7 @@ impl Group {
             host: shared.host.clone(),
             socket: state.endpoint.path().to_path_buf(),
             token: state.endpoint.token().to_hex(),
+            cache: offer,
         };
         let mut clock = Instant::now();
         let mut lap = |slot: &mut f64| {
@@ -229,8 +241,12 @@ impl Group {
             clock = now;
         };
         // Export before publishing: a rank that cannot export must not make peers wait
-        // for a handle that will never come longer than the timeout.
-        let handle = export()?;
+        // for a handle that will never come longer than the timeout. Memory that may
+        // take a released window over needs no handle unless that fails.
+        let mut handle = match request.cache.reuse {
+            Some(_) => None,
+            None => Some(own.export()?),
+        };
         lap(&mut times.export_us);
         let encoded = request.encode();
         shared.store.set(&own_key, &encoded).map_err(|e| Error {
@@ -276,6 +292,21 @@ impl Group {
                 })
                 .collect::<Result<Vec<_>>>()?;
             lap(&mut times.gather_us);
+            window_cache::release(&self.shared, &reuse::freed_everywhere(&requests));
+            if let Some(window) = own.take_over(&requests) {
+                times.reused = true;
+                return Ok(Exchanged {
+                    span: window.span,
+                    layout: window.layout,
+                    requests,
+                    seq,
+                    reused: true,
+                });
+            }
+            let handle = match handle.take() {
+                Some(handle) => handle,
+                None => own.export()?,
+            };
 
             let stride = memory.len();
             let span_len = FlatLayout::span_len(stride, shared.world)?;
@@ -315,21 +346,44 @@ impl Group {
                 span,
                 layout,
                 requests,
+                seq,
+                reused: false,
             })
         })();
-        // Every peer read our request before it sent us its handle, so after a success
-        // the key (and those of earlier failures, which every peer has moved past) can go.
-        if result.is_ok() {
-            state.stale_keys.push(own_key);
-            for key in state.stale_keys.drain(..) {
-                if let Err(e) = shared.store.delete(&key) {
-                    tracing::warn!("symmwin rank {}: could not delete {key}: {e}", shared.rank);
-                }
-            }
-        } else {
-            state.stale_keys.push(own_key);
-        }
+        self.drop_keys(state, own_key, result.as_ref().ok().map(|e| e.reused));
         result
+    }
+}
+
+impl Group {
+    /// Delete the request keys no peer needs any more, after rendezvous `outcome`
+    /// (`None`: failed; `Some(reused)`: succeeded, with or without handles).
+    fn drop_keys(&self, state: &mut GroupState, own_key: String, outcome: Option<bool>) {
+        let delete = |key: &str| {
+            if let Err(e) = self.shared.store.delete(key) {
+                tracing::warn!(
+                    "symmwin rank {}: could not delete {key}: {e}",
+                    self.shared.rank
+                );
+            }
+        };
+        match outcome {
+            // Every peer read our request before it sent us its handle, so after a
+            // success the key (and those of earlier failures, which every peer has
+            // moved past) can go.
+            Some(false) => {
+                state.stale_keys.push(own_key);
+                state.stale_keys.drain(..).for_each(|k| delete(&k));
+            }
+            // No handles went, so a peer may not have read our request yet; it has
+            // by the time it publishes its next one. Every peer published this
+            // rendezvous's, so the keys from before it go now, ours at the next.
+            Some(true) => {
+                state.stale_keys.drain(..).for_each(|k| delete(&k));
+                state.stale_keys.push(own_key);
+            }
+            None => state.stale_keys.push(own_key),
+        }
     }
 }
 
