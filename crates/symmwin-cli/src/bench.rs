@@ -28,6 +28,11 @@ pub enum BenchCommand {
         /// Write all samples as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
+        /// Keep every window of a size alive until the size is done, so that each
+        /// is new memory; by default each is freed at once, so from the second
+        /// repeat on a size is re-allocated (and may take a freed window over).
+        #[arg(long)]
+        fresh: bool,
     },
 }
 
@@ -46,6 +51,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         iters,
         provider,
         json,
+        fresh,
     } = cmd;
     let sizes_arg = sizes
         .iter()
@@ -54,7 +60,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         .join(",");
     let mut all = Vec::new();
     println!(
-        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}",
+        "{:>5} {:>8} | {:>22} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>7}",
         "world",
         "size",
         "alloc+rdv ms med (range)",
@@ -68,7 +74,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         "map",
         "pads",
         "other",
-        "free"
+        "free",
+        "reused"
     );
     for &w in &world {
         let store = StoreDir::new()?;
@@ -94,6 +101,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 ]
                 .iter()
                 .map(|s| s.to_string())
+                .chain(fresh.then(|| "--fresh".to_string()))
                 .collect()
             },
             |_, _| bar.inc(1),
@@ -126,7 +134,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                 med(&move |s: &Value| s["phases"][name].as_f64().unwrap_or(f64::NAN))
             };
             println!(
-                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}",
+                "{:>5} {:>8} | {:>7.3} ({:.3}-{:.3}) | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3} {:>7}",
                 w,
                 crate::human_size(size),
                 total / 1e3,
@@ -146,11 +154,26 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
                     s["total_us"].as_f64().unwrap_or(f64::NAN) - s["create_us"].as_f64().unwrap_or(f64::NAN) - phases
                 }),
                 med(&|s: &Value| s["free_us"].as_f64().unwrap_or(f64::NAN)),
+                format!(
+                    "{}/{}",
+                    samples
+                        .iter()
+                        .filter(|s| s["phases"]["reused"].as_bool() == Some(true))
+                        .count(),
+                    samples.len()
+                ),
             );
         }
         all.push(serde_json::json!({"world": w, "ranks": outcomes.iter().map(|o| o.result.clone()).collect::<Vec<_>>()}));
     }
-    println!("(times in ms; median over all ranks and {iters} repeats, range in parentheses; other = total - create - phases)");
+    println!("(times in ms; median over all ranks and {iters} repeats, range in parentheses; other = total - create - phases;");
+    if fresh {
+        println!(
+            " --fresh: every window stays alive until its size is done, so each is new memory)"
+        );
+    } else {
+        println!(" every repeat frees its window, so from the second on a size is re-allocated: reused = samples that took a freed window over whole)");
+    }
     if let Some(path) = json {
         std::fs::write(
             &path,

@@ -34,6 +34,9 @@ pub struct WorkerArgs {
     pub sizes: String,
     #[arg(long, default_value_t = 10)]
     pub iters: usize,
+    /// bench: keep every window of a size alive until the size is done.
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
@@ -54,7 +57,9 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let result = match args.task {
         Task::Demo => demo(&group, &provider, sizes[0], args.iters),
-        Task::BenchRendezvous => bench_rendezvous(&group, &provider, &sizes, args.iters),
+        Task::BenchRendezvous => {
+            bench_rendezvous(&group, &provider, &sizes, args.iters, args.fresh)
+        }
     }
     .map_err(|e| e.to_string())?;
     println!(
@@ -202,12 +207,15 @@ fn demo(
     }))
 }
 
-/// Alloc + rendezvous + free, `iters` times per size, with the phase split.
+/// Alloc + rendezvous + free, `iters` times per size, with the phase split. With
+/// `fresh`, windows are freed only once their size is done, so that every one is new
+/// memory (free time is then not measured).
 fn bench_rendezvous(
     group: &Group,
     provider: &Arc<dyn Provider>,
     sizes: &[usize],
     iters: usize,
+    fresh: bool,
 ) -> symmwin::Result<serde_json::Value> {
     // A small window whose barrier lines the ranks up before each timed rendezvous.
     let sync_alloc = Allocation::new(provider.clone(), 4096)?;
@@ -217,6 +225,7 @@ fn bench_rendezvous(
     let mut done = 0;
     for &size in sizes {
         let mut samples = Vec::new();
+        let mut kept = Vec::new();
         // One extra, untimed round warms up the pad pool and the driver.
         for i in 0..=iters {
             sync.barrier(0, None, 0)?;
@@ -228,9 +237,14 @@ fn bench_rendezvous(
                 group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
             let total_us = t0.elapsed().as_secs_f64() * 1e6;
             let t1 = Instant::now();
-            drop(window);
-            drop(alloc);
-            let free_us = t1.elapsed().as_secs_f64() * 1e6;
+            let free_us = if fresh {
+                kept.push((window, alloc));
+                f64::NAN
+            } else {
+                drop(window);
+                drop(alloc);
+                t1.elapsed().as_secs_f64() * 1e6
+            };
             if i > 0 {
                 samples.push(json!({"create_us": create_us, "total_us": total_us, "free_us": free_us, "phases": phases}));
             }

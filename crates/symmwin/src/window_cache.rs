@@ -21,7 +21,10 @@
 //! fresh memory (which, being released everywhere, it is).
 //!
 //! Like freeing without a cache, parking assumes no device work still uses the window.
-//! The cache is bounded; what falls out of it is really freed, as before.
+//! The cache is bounded (per rank: 8 parked windows per group, 32 and 4 GiB in all;
+//! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
+//! as before, and so is everything parked for a group that is dropped. [`flush`]
+//! frees it all at once.
 //! The release decision trusts each rank's request as the store holds it: whoever can
 //! write the store can make a rank reuse a window early (the same trust the request's
 //! sizes and pad bitmaps need; handles themselves are still authenticated).
@@ -40,8 +43,9 @@ pub(crate) const MAX_FREED: usize = 8;
 /// Released windows kept for reuse, and their total size on this rank.
 const MAX_RELEASED: usize = 4;
 const MAX_RELEASED_BYTES: usize = 4 << 30;
-/// Parked windows over all groups.
+/// Parked windows over all groups, and their total size on this rank.
 const MAX_PARKED: usize = 32;
+const MAX_PARKED_BYTES: usize = 4 << 30;
 
 /// A window of `group`'s rendezvous number `seq`, every rank's slot mapped.
 pub(crate) struct WindowSpan {
@@ -102,7 +106,10 @@ pub(crate) fn park(entry: Parked) {
                 evicted.extend(cache.parked.remove(i));
             }
         }
-        while cache.parked.len() > MAX_PARKED {
+        let bytes = |c: &Cache| c.parked.iter().map(|p| p.memory.len()).sum::<usize>();
+        while cache.parked.len() > MAX_PARKED
+            || (cache.parked.len() > 1 && bytes(cache) > MAX_PARKED_BYTES)
+        {
             evicted.extend(cache.parked.pop_front());
         }
         ((), evicted)
