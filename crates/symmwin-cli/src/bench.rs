@@ -110,6 +110,15 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, String> {
         if !report_failures(&outcomes) {
             return Ok(ExitCode::FAILURE);
         }
+        let wrong: u64 = outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref())
+            .map(|r| r["data"]["wrong"].as_u64().unwrap_or(1))
+            .sum();
+        if wrong > 0 {
+            eprintln!("world {w}: {wrong} windows were not zero-filled or lost a peer's write");
+            return Ok(ExitCode::FAILURE);
+        }
         for (i, &size) in sizes.iter().enumerate() {
             // Every rank's samples together: the latency a job sees is any rank's.
             let samples: Vec<&Value> = outcomes

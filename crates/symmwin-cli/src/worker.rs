@@ -223,6 +223,7 @@ fn bench_rendezvous(
     let mut rows = Vec::new();
     let total = sizes.len() * (iters + 1);
     let mut done = 0;
+    let mut wrong = 0;
     for &size in sizes {
         let mut samples = Vec::new();
         let mut kept = Vec::new();
@@ -236,6 +237,7 @@ fn bench_rendezvous(
             let (window, phases) =
                 group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
             let total_us = t0.elapsed().as_secs_f64() * 1e6;
+            wrong += check_window(&window, &sync, i)?;
             let t1 = Instant::now();
             let free_us = if fresh {
                 kept.push((window, alloc));
@@ -253,5 +255,21 @@ fn bench_rendezvous(
         }
         rows.push(json!({"size": size, "samples": samples}));
     }
-    Ok(json!({"rows": rows, "pad_pools": group.pad_pool_count()}))
+    Ok(json!({"rows": rows, "pad_pools": group.pad_pool_count(), "wrong": wrong}))
+}
+
+/// Untimed: the new window reads as zeros at both ends of our slot, and a byte
+/// written into the middle of the next rank's slot arrives. The number of failures.
+fn check_window(window: &Window, sync: &Window, round: usize) -> symmwin::Result<usize> {
+    let (rank, world, size) = (window.rank(), window.world(), window.size());
+    let mut ends = [0xFFu8; 2];
+    window.read(rank, 0, &mut ends[..1])?;
+    window.read(rank, size - 1, &mut ends[1..])?;
+    let tag = (round % 251) as u8 + 1;
+    window.write((rank + 1) % world, size / 2, &[tag])?;
+    sync.barrier(1, None, 0)?;
+    sync.synchronize(0)?;
+    let mut got = [0u8];
+    window.read(rank, size / 2, &mut got)?;
+    Ok(usize::from(ends != [0, 0]) + usize::from(got[0] != tag))
 }
