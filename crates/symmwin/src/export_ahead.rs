@@ -5,6 +5,8 @@
 //! (over a millisecond for 64 MiB on CUDA), so it starts on a worker thread as soon as
 //! the memory exists and runs while the allocation maps and zeroes its local view and
 //! while the caller goes on to the rendezvous, which then only collects the handle.
+//! The same worker frees the windows the window cache lets go, off the path of the
+//! rendezvous that let them go.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -13,6 +15,8 @@ use crate::error::Result;
 use crate::provider::{Memory, SharedHandle};
 
 type Job = Box<dyn FnOnce() + Send>;
+
+const WORKER_NAME: &str = "symmwin-export";
 
 /// A handle being exported on the worker thread. Dropping it unused waits for the
 /// export and closes the handle, so a failed or freed allocation leaves no fd behind.
@@ -83,6 +87,33 @@ impl Drop for ExportAhead {
     }
 }
 
+/// Run `job` on the worker thread, after everything handed to it before; inline when
+/// there is no worker. For work that must stay off a rendezvous's critical path
+/// (tearing down windows the window cache lets go).
+pub(crate) fn in_background(job: impl FnOnce() + Send + 'static) {
+    if let Err(job) = submit(Box::new(job)) {
+        job();
+    }
+}
+
+/// Wait until the worker has finished everything handed to it so far (at once on
+/// the worker itself, which would otherwise wait for its own job).
+pub(crate) fn drain() {
+    if std::thread::current().name() == Some(WORKER_NAME) {
+        return;
+    }
+    let slot = Arc::new((Mutex::new(false), Condvar::new()));
+    let done = Arc::clone(&slot);
+    in_background(move || {
+        *done.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        done.1.notify_all();
+    });
+    let mut finished = slot.0.lock().unwrap_or_else(|p| p.into_inner());
+    while !*finished {
+        finished = slot.1.wait(finished).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
 /// Hand `job` to the process's export worker, starting it on first use. Gives the job
 /// back when there is no worker (the thread could not be spawned or has gone).
 fn submit(job: Job) -> std::result::Result<(), Job> {
@@ -90,7 +121,7 @@ fn submit(job: Job) -> std::result::Result<(), Job> {
     let worker = WORKER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
-            .name("symmwin-export".into())
+            .name(WORKER_NAME.into())
             .spawn(move || {
                 for job in rx {
                     job();

@@ -83,15 +83,18 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
     released: VecDeque::new(),
 });
 
-/// Run `f` on the cache; whatever it returns to drop is dropped after the lock is
-/// released (unmapping calls the driver).
+/// Run `f` on the cache; what it returns to free is freed on the worker thread, off
+/// the caller's path (unmapping a large window takes milliseconds).
 fn with_cache<T>(f: impl FnOnce(&mut Cache) -> (T, Vec<Parked>)) -> T {
-    let (value, evicted) = {
-        let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut cache)
-    };
-    drop(evicted);
+    let (value, evicted) = locked(f);
+    if !evicted.is_empty() {
+        crate::export_ahead::in_background(move || drop(evicted));
+    }
     value
+}
+
+fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
+    f(&mut CACHE.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// Keep a window freed on this rank until every rank has freed it.
@@ -116,16 +119,19 @@ pub(crate) fn park(entry: Parked) {
     })
 }
 
-/// A group is gone: its parked windows can never be released, so they are freed.
+/// A group is gone: its parked windows can never be released, so they are freed
+/// (here and now: a group's teardown is not on any rendezvous's path).
 pub(crate) fn forget_group(group: *const GroupShared) {
-    with_cache(|cache| {
+    let gone: Vec<Parked> = locked(|cache| {
         let (gone, kept): (Vec<Parked>, Vec<Parked>) = cache
             .parked
             .drain(..)
             .partition(|p| std::ptr::eq(p.window.group.as_ptr(), group));
         cache.parked = kept.into();
-        ((), gone)
-    })
+        gone
+    });
+    drop(gone);
+    crate::export_ahead::drain();
 }
 
 /// Rendezvous numbers of `group`'s windows parked here, oldest first.
@@ -195,11 +201,14 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
 /// Windows parked here but still used by peers stay mapped there; only our mappings
 /// and our references go.
 pub fn flush() {
-    with_cache(|cache| {
+    let all: Vec<Parked> = locked(|cache| {
         let mut all: Vec<Parked> = cache.parked.drain(..).collect();
         all.extend(cache.released.drain(..));
-        ((), all)
-    })
+        all
+    });
+    drop(all);
+    // And whatever an earlier eviction left to the worker thread.
+    crate::export_ahead::drain();
 }
 
 /// Cached windows on this rank: `(parked, released)`.
