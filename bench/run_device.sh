@@ -6,14 +6,14 @@
 #   SYMMWIN_PREBUILT_LIB=/path/libsymmwin_capi.a bench/run_device.sh [compare.py args]
 #
 # Prepare the library on a machine with cargo:
-#   cargo build --release -p symmwin-capi && mkdir -p .device/bench &&
-#   cp target/release/libsymmwin_capi.a .device/bench/ && strip --strip-debug .device/bench/libsymmwin_capi.a
+#   cargo build --release -p symmwin-capi && mkdir -p prebuilt &&
+#   cp target/release/libsymmwin_capi.a prebuilt/ && strip --strip-debug prebuilt/libsymmwin_capi.a
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 SYMMWIN_JIT_DIR=/tmp/symmwin_jit TORCH_CUDA_ARCH_LIST=9.0
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-LIB=${SYMMWIN_PREBUILT_LIB:-$PWD/.device/bench/libsymmwin_capi.a}
+LIB=${SYMMWIN_PREBUILT_LIB:-$PWD/prebuilt/libsymmwin_capi.a}
 NPROC=$(nvidia-smi -L | wc -l)
 
 t0=$SECONDS

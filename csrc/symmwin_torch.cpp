@@ -13,8 +13,10 @@
 #include <c10/util/Exception.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/symm_mem/SymmetricMemory.hpp>
 // Declares c10::intrusive_ptr as a pybind11 holder, so that torch's
 // `_SymmetricMemory` objects convert to the C++ handle.
@@ -83,13 +85,30 @@ c10d::Store& store_of(void* ctx) {
   return *static_cast<StoreRef*>(ctx)->store;
 }
 
+// A c10d error that means the store's server is gone, not merely slow.
+bool server_gone(const std::string& what) {
+  for (const char* sign :
+       {"Connection reset", "Broken pipe", "Connection refused", "EOF"}) {
+    if (what.find(sign) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 template <typename F>
 int guarded(const char* op, const char* key, F&& f) noexcept {
   try {
     return f();
   } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
     std::lock_guard<std::mutex> lock(store_error_mutex);
-    store_error = std::string(op) + "(" + key + "): " + e.what_without_backtrace();
+    store_error = std::string(op) + "(" + key + "): " + what;
+    if (server_gone(what)) {
+      store_error +=
+          "; the store's server closed the connection: the process hosting it "
+          "has died or exited";
+    }
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(store_error_mutex);
     store_error = std::string(op) + "(" + key + "): " + e.what();
@@ -181,8 +200,33 @@ void store_release(void* ctx) {
   }
 }
 
-SymmwinStore make_store(c10::intrusive_ptr<c10d::Store> store) {
+// Who serves a process group's store, for errors when it stops answering. The
+// TCPStore server runs in the process that created it: the one at MASTER_ADDR,
+// global rank 0 unless the job set up the store itself.
+std::string describe_store(const c10::intrusive_ptr<c10d::Store>& store) {
+  c10d::Store* inner = store.get();
+  c10::intrusive_ptr<c10d::Store> underlying;
+  if (auto* prefix = dynamic_cast<c10d::PrefixStore*>(inner)) {
+    underlying = prefix->getUnderlyingNonPrefixStore();
+    inner = underlying.get();
+  }
+  if (auto* tcp = dynamic_cast<c10d::TCPStore*>(inner)) {
+    return "TCPStore at " + tcp->getHost() + ":" + std::to_string(tcp->getPort()) +
+        ", served by the process that created it (usually global rank 0)";
+  }
+  return "c10d store";
+}
+
+// `describe` must outlive the call that passes the store to the core (it is copied).
+SymmwinStore make_store(
+    c10::intrusive_ptr<c10d::Store> store,
+    const std::string& describe) {
   SymmwinStore s{};
+  // The core holds the store while the group is registered, so its address cannot be
+  // reused by another store in that time: it identifies the process group's store
+  // (ensure_group compares it the same way).
+  s.identity = reinterpret_cast<uintptr_t>(store.get());
+  s.describe = describe.c_str();
   s.ctx = new StoreRef{std::move(store)};
   s.set = store_set;
   s.try_get = store_try_get;
@@ -213,12 +257,18 @@ std::vector<int> global_ranks_of(const c10::intrusive_ptr<c10d::ProcessGroup>& p
   return std::vector<int>(ranks.begin(), ranks.end());
 }
 
+// Register the process group now known as `name` with the core. Every call: a name
+// can be reused by a new process group once torch destroys the old one, and the
+// core tells them apart by their store (a repeat for the same store is a no-op).
 void ensure_group(const std::string& name, int device) {
-  if (symmwin_group_exists(name.c_str(), device)) {
+  auto pg = c10d::resolve_process_group(name);
+  auto store = pg->getStore();
+  if (symmwin_group_matches(
+          name.c_str(), device, reinterpret_cast<uintptr_t>(store.get()))) {
     return;
   }
-  auto pg = c10d::resolve_process_group(name);
-  auto globals = global_ranks_of(pg);
+  const std::string describe = describe_store(store);
+  const auto globals = global_ranks_of(pg);
   clear_store_error();
   check(symmwin_group_init(
       name.c_str(),
@@ -226,7 +276,7 @@ void ensure_group(const std::string& name, int device) {
       pg->getRank(),
       pg->getSize(),
       globals.empty() ? nullptr : globals.data(),
-      make_store(pg->getStore())));
+      make_store(std::move(store), describe)));
 }
 
 void* cuda_stream(c10::Device device) {
@@ -390,11 +440,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const auto base = reinterpret_cast<uintptr_t>(ptr);
-      alloc_groups_.erase(base);
-      for (auto it = handles_.begin(); it != handles_.end();) {
-        it = it->second.base == base ? handles_.erase(it) : std::next(it);
-      }
+      alloc_groups_.erase(reinterpret_cast<uintptr_t>(ptr));
     }
     // Called from tensor deleters, which must not throw.
     if (symmwin_free(ptr) != SYMMWIN_OK) {
@@ -417,22 +463,21 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   c10::intrusive_ptr<sm::SymmetricMemory> rendezvous(
       void* ptr,
       const std::optional<std::string>& group_name) override {
-    // torch calls rendezvous on every op (one_shot_all_reduce, ...): answer repeats
-    // from here, as torch's own backend does, instead of re-wrapping the window.
-    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(ptr), group_name.value_or(""));
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = handles_.find(key);
-      if (it != handles_.end()) {
-        return it->second.handle;
-      }
-    }
+    // torch calls rendezvous on every op (one_shot_all_reduce, ...). The core's
+    // registry is the one window cache: a repeat is not collective there, and a
+    // concurrent first call waits for the one in flight.
     // The core finds the allocation covering `ptr` (torch's MemPool hands out
     // interior pointers); the group needs its device before the rendezvous.
     SymmwinAllocInfo alloc{};
     const auto found = symmwin_alloc_info(ptr, &alloc);
     if (found == SYMMWIN_NOT_FOUND) {
-      return nullptr; // Not ours: torch treats a null handle as "not symmetric".
+      // Not ours: torch treats a null handle as "not symmetric". With a group, the
+      // core counts the call (locally), so that peers that did rendezvous are told
+      // which rank skipped instead of pairing with its next window.
+      if (group_name) {
+        note_foreign(*group_name, ptr);
+      }
+      return nullptr;
     }
     check(found);
     // torch passes no group when the tensor was allocated for one
@@ -447,10 +492,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
       return nullptr;
     }
     check(status);
-    auto handle = c10::make_intrusive<SymmwinSymmetricMemory>(window);
-    std::lock_guard<std::mutex> lock(mutex_);
-    handles_[key] = {alloc.base, handle};
-    return handle;
+    return c10::make_intrusive<SymmwinSymmetricMemory>(window);
   }
 
   bool has_multicast_support(int /*device_idx*/) override {
@@ -479,6 +521,20 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
         .index();
   }
 
+  // Count a rendezvous on memory that is not ours on `group` (no store round trip).
+  void note_foreign(const std::string& group, void* ptr) {
+    const int device = symmwin_device(-1);
+    ensure_group(group, device);
+    SymmwinWindow* window = nullptr;
+    clear_store_error();
+    const auto status = symmwin_rendezvous(
+        ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
+    if (status != SYMMWIN_NOT_FOUND) {
+      check(status);
+      symmwin_window_release(window); // Allocated meanwhile by another thread.
+    }
+  }
+
   // The group an allocation was made for, else torch's default (the world group).
   std::string alloc_group(uintptr_t base) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -491,13 +547,6 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
   std::mutex mutex_;
   // Only allocations made for a named group (empty_strided_p2p with group_name).
   std::map<uintptr_t, std::string> alloc_groups_;
-  // Handles already made, by (pointer, group as given); dropped when the allocation
-  // they belong to is freed.
-  struct Cached {
-    uintptr_t base;
-    c10::intrusive_ptr<SymmwinSymmetricMemory> handle;
-  };
-  std::map<std::pair<uintptr_t, std::string>, Cached> handles_;
 };
 
 // ---------------------------------------------------------------------------
@@ -589,6 +638,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("device"),
       "Memory handle type used on `device` (-1: host).");
   m.def("probe", &probe, "JSON description of this machine.");
+  m.def(
+      "release_groups",
+      [](const std::optional<std::string>& name) {
+        return symmwin_release_groups(name ? name->c_str() : nullptr);
+      },
+      py::arg("name") = py::none(),
+      "Forget a destroyed process group (every group when None) and release its store.");
+  m.def(
+      "remove_sockets",
+      &symmwin_remove_sockets,
+      "Remove this process's socket files (at interpreter exit).");
   m.def(
       "allocation_count",
       &symmwin_allocation_count,

@@ -36,6 +36,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from push_harness import check_push, default_env, exchange_buffers, finish, init_group, split_grid, time_push
+
 KERNEL_SRC = r"""
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -95,6 +97,32 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
   }
 }
 
+// This block's part of the exchange: its assignment, the send chunk for its peer and
+// where that chunk goes (slot `rank` of the peer's window).
+struct Route {
+  Assignment a;
+  char* dst;
+  const char* src;
+};
+
+__device__ __forceinline__ Route route(const char* src, void* const* ptrs, uint64_t base,
+                                       uint64_t stride, int flat, uint64_t dst_off,
+                                       uint64_t chunk, int rank, int world, int remote_bpp,
+                                       int local_blocks) {
+  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
+  return {a, peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk,
+          src + (uint64_t)a.peer * chunk};
+}
+
+// A route that is not 16-byte aligned is copied byte by byte here (true: nothing left to do).
+__device__ __forceinline__ bool copied_unaligned(const Route& r, uint64_t chunk) {
+  if (((uintptr_t)r.dst | (uintptr_t)r.src) & 15) {
+    copy_bytes(r.dst, r.src, chunk, r.a.index, r.a.count);
+    return true;
+  }
+  return false;
+}
+
 template <int UNROLL>
 __global__ void push_simt(const char* __restrict__ src, void* const* __restrict__ ptrs,
                           uint64_t base, uint64_t stride, int flat, uint64_t dst_off,
@@ -107,13 +135,11 @@ __global__ void push_simt(const char* __restrict__ src, void* const* __restrict_
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   }
-  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
-  char* dst = peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk;
-  const char* s = src + (uint64_t)a.peer * chunk;
-  if (((uintptr_t)dst | (uintptr_t)s) & 15) {
-    copy_bytes(dst, s, chunk, a.index, a.count);
-    return;
-  }
+  const Route r = route(src, ptrs, base, stride, flat, dst_off, chunk, rank, world, remote_bpp, local_blocks);
+  if (copied_unaligned(r, chunk)) return;
+  const Assignment a = r.a;
+  char* dst = r.dst;
+  const char* s = r.src;
   const uint4* s4 = reinterpret_cast<const uint4*>(s);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
   const uint64_t nvec = chunk >> 4;
@@ -146,13 +172,11 @@ __global__ void push_tma(const char* __restrict__ src, void* const* __restrict__
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[STAGES];
-  const Assignment a = assign(rank, world, remote_bpp, local_blocks);
-  char* dst = peer_window(ptrs, base, stride, flat, a.peer) + dst_off + (uint64_t)rank * chunk;
-  const char* s = src + (uint64_t)a.peer * chunk;
-  if (((uintptr_t)dst | (uintptr_t)s) & 15) {
-    copy_bytes(dst, s, chunk, a.index, a.count);
-    return;
-  }
+  const Route r = route(src, ptrs, base, stride, flat, dst_off, chunk, rank, world, remote_bpp, local_blocks);
+  if (copied_unaligned(r, chunk)) return;
+  const Assignment a = r.a;
+  char* dst = r.dst;
+  const char* s = r.src;
   if (threadIdx.x != 0) return;
   const uint64_t body = chunk & ~(uint64_t)15;
   const uint64_t ntiles = (body + tile - 1) / tile;
@@ -347,24 +371,6 @@ void push_tma(int64_t src, int64_t ptrs_dev, int64_t base, int64_t stride, int64
 void empty(int64_t pdl) { empty_launch(pdl, current_stream()); }
 """
 
-SAFE_ENV = {
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-
-
-def default_env() -> None:
-    """Let a bare `python3 script.py` run as a one-rank job; never enable multicast."""
-    for k, v in SAFE_ENV.items():
-        os.environ[k] = v
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29531")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", os.environ["RANK"])
-    os.environ.setdefault("WORLD_SIZE", "1")
-
-
 def build(rank: int, world_barrier=None):
     """Build (or load the cached) extension. Rank 0 builds first, the others wait."""
     import torch
@@ -417,20 +423,9 @@ class Config:
 
 
 def grid_split(sms: int, world: int, chunk: int, cfg: Config) -> tuple[int, int]:
-    """(remote blocks per peer, local blocks) from the SM count.
-
-    Most blocks push over NVLink; the local chunk copies at HBM speed, so it gets
-    about an eighth of what one remote peer gets (at least one block). No peer gets
-    more blocks than it has tiles.
-    """
-    total = max(1, cfg.blocks_per_sm * sms)
+    """(remote blocks per peer, local blocks) from the SM count: see `split_grid`."""
     tile = cfg.tile if cfg.kernel == "tma" else cfg.threads * cfg.unroll * 16
-    tiles = max(1, -(-chunk // tile))
-    if world == 1:
-        return 0, min(total, tiles)
-    local = max(1, total // (8 * (world - 1)))
-    remote = max(1, (total - local) // (world - 1))
-    return min(remote, tiles), min(local, tiles)
+    return split_grid(max(1, cfg.blocks_per_sm * sms), world, max(1, -(-chunk // tile)))
 
 
 class Pusher:
@@ -476,28 +471,6 @@ class Pusher:
         self._fn(*self._all)  # on torch's current stream
 
 
-def fill_send(send, rank: int, world: int) -> None:
-    """send[p, i] = (rank*world + p) * 1000003 + i  (int32, wraps harmlessly)."""
-    import torch
-
-    n = send.numel() // world
-    idx = torch.arange(n, device=send.device, dtype=torch.int64)
-    for p in range(world):
-        send.view(world, n)[p].copy_(((rank * world + p) * 1000003 + idx).to(torch.int32))
-
-
-def check_recv(recv, rank: int, world: int, n: int) -> int:
-    """Number of wrong elements in the N x N permutation (slot s must hold chunk rank of s)."""
-    import torch
-
-    idx = torch.arange(n, device=recv.device, dtype=torch.int64)
-    bad = 0
-    for s in range(world):
-        want = ((s * world + rank) * 1000003 + idx).to(torch.int32)
-        bad += int((recv[s * n : (s + 1) * n] != want).sum())
-    return bad
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -518,40 +491,21 @@ def main() -> int:
     ap.add_argument("--bench-mib", type=float, default=16.0, help="chunk size timed at the end (0: none)")
     args = ap.parse_args()
 
-    default_env()
-    import torch
+    default_env(master_port=29531)
     import torch.distributed as dist
-    import torch.distributed._symmetric_memory as symm_mem
 
-    import symmwin  # noqa: F401  registers SYMMWIN
-
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-    symm_mem.set_backend(args.backend)
-    group = dist.group.WORLD
-    sms = torch.cuda.get_device_properties().multi_processor_count
-
+    rank, world, group, sms = init_group(args.backend)
     mod = build(rank, world_barrier=dist.barrier)
     kernels = ["simt", "tma"] if args.kernel == "both" else [args.kernel]
     flats = {"ptrs": [False], "flat": [True], "both": [False, True]}[args.addressing]
     failures = 0
     for n in args.elems:
-        send = torch.empty(world * n, dtype=torch.int32, device="cuda")
-        recv = symm_mem.empty(world * n, dtype=torch.int32, device="cuda")
-        hdl = symm_mem.rendezvous(recv, group)
-        fill_send(send, rank, world)
+        send, recv, hdl = exchange_buffers(n, rank, world, group)
         for kernel in kernels:
             for flat in flats:
                 cfg = Config(kernel=kernel)
                 push = Pusher(mod, hdl, send, recv, flat, cfg, sms)
-                recv.fill_(-1)
-                hdl.barrier(channel=0)  # every peer has cleared before anyone pushes
-                push()
-                hdl.barrier(channel=0)  # every peer's pushes have landed
-                torch.cuda.synchronize()
-                bad = check_recv(recv, rank, world, n)
+                bad = check_push(hdl, push, recv, rank, world, n)
                 failures += bad != 0
                 if rank == 0 or bad:
                     print(
@@ -563,24 +517,10 @@ def main() -> int:
 
     if args.bench_mib > 0 and failures == 0:
         n = int(args.bench_mib * (1 << 20)) // 4
-        send = torch.empty(world * n, dtype=torch.int32, device="cuda")
-        recv = symm_mem.empty(world * n, dtype=torch.int32, device="cuda")
-        hdl = symm_mem.rendezvous(recv, group)
-        fill_send(send, rank, world)
+        send, recv, hdl = exchange_buffers(n, rank, world, group)
         for kernel in kernels:
             push = Pusher(mod, hdl, send, recv, flats[-1], Config(kernel=kernel), sms)
-            for _ in range(3):
-                push()
-            dist.barrier()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            iters = 20
-            start.record()
-            for _ in range(iters):
-                push()
-            end.record()
-            end.synchronize()
-            us = start.elapsed_time(end) * 1e3 / iters
+            us = time_push(push)
             out_bytes = (world - 1) * n * 4
             if rank == 0:
                 print(
@@ -588,15 +528,7 @@ def main() -> int:
                     f"{out_bytes / us / 1e3:.1f} GB/s leaving the GPU",
                     flush=True,
                 )
-
-    dist.barrier()
-    dist.destroy_process_group()
-    if failures:
-        print(f"[rank {rank}] {failures} check(s) failed", file=sys.stderr)
-        return 1
-    if rank == 0:
-        print("all checks passed", flush=True)
-    return 0
+    return finish(rank, failures)
 
 
 if __name__ == "__main__":

@@ -24,17 +24,11 @@ Run::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import triton
 import triton.language as tl
-
-SAFE_ENV = {
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
+from push_harness import check_push, default_env, exchange_buffers, finish, init_group, split_grid, time_push
 
 
 @triton.jit(do_not_specialize=["ptrs_dev", "dst_off", "n_arg", "rank", "world", "bpp", "local_blocks"])
@@ -84,14 +78,8 @@ def push_kernel(
 
 
 def grid_split(sms: int, world: int, n: int, block: int, programs_per_sm: int) -> tuple[int, int]:
-    """(programs per remote peer, local programs), capped by the number of tiles."""
-    total = max(1, programs_per_sm * sms)
-    tiles = max(1, -(-n // block))
-    if world == 1:
-        return 0, min(total, tiles)
-    local = max(1, total // (8 * (world - 1)))
-    remote = max(1, (total - local) // (world - 1))
-    return min(remote, tiles), min(local, tiles)
+    """(programs per remote peer, local programs): see `split_grid`."""
+    return split_grid(max(1, programs_per_sm * sms), world, max(1, -(-n // block)))
 
 
 class TritonPusher:
@@ -125,38 +113,6 @@ class TritonPusher:
         push_kernel[self.grid](*self.args, **self.meta)
 
 
-def default_env() -> None:
-    for k, v in SAFE_ENV.items():
-        os.environ[k] = v
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29532")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", os.environ["RANK"])
-    os.environ.setdefault("WORLD_SIZE", "1")
-
-
-def fill_send(send, rank: int, world: int) -> None:
-    """send[p, i] = (rank*world + p) * 1000003 + i  (int32, wraps harmlessly)."""
-    import torch
-
-    n = send.numel() // world
-    idx = torch.arange(n, device=send.device, dtype=torch.int64)
-    for p in range(world):
-        send.view(world, n)[p].copy_(((rank * world + p) * 1000003 + idx).to(torch.int32))
-
-
-def check_recv(recv, rank: int, world: int, n: int) -> int:
-    """Number of wrong elements in the N x N permutation (slot s must hold chunk rank of s)."""
-    import torch
-
-    idx = torch.arange(n, device=recv.device, dtype=torch.int64)
-    bad = 0
-    for s in range(world):
-        want = ((s * world + rank) * 1000003 + idx).to(torch.int32)
-        bad += int((recv[s * n : (s + 1) * n] != want).sum())
-    return bad
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--elems", type=int, nargs="*", default=[1, 257, 4100, 65536, 1 << 22])
@@ -164,35 +120,12 @@ def main() -> int:
     ap.add_argument("--bench-mib", type=float, default=16.0, help="chunk size timed at the end (0: none)")
     args = ap.parse_args()
 
-    default_env()
-    import torch
-    import torch.distributed as dist
-    import torch.distributed._symmetric_memory as symm_mem
-
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-    if args.backend == "SYMMWIN":
-        import symmwin  # noqa: F401  registers SYMMWIN
-    if args.backend != "CUDA":  # torch's default; set_backend("CUDA") is refused
-        symm_mem.set_backend(args.backend)
-    group = dist.group.WORLD
-    sms = torch.cuda.get_device_properties().multi_processor_count
-
+    default_env(master_port=29532)
+    rank, world, group, sms = init_group(args.backend)
     failures = 0
     for n in args.elems:
-        send = torch.empty(world * n, dtype=torch.int32, device="cuda")
-        recv = symm_mem.empty(world * n, dtype=torch.int32, device="cuda")
-        hdl = symm_mem.rendezvous(recv, group)
-        fill_send(send, rank, world)
-        push = TritonPusher(hdl, send, recv, sms)
-        recv.fill_(-1)
-        hdl.barrier(channel=0)  # every peer has cleared before anyone pushes
-        push()
-        hdl.barrier(channel=0)  # every peer's pushes have landed
-        torch.cuda.synchronize()
-        bad = check_recv(recv, rank, world, n)
+        send, recv, hdl = exchange_buffers(n, rank, world, group)
+        bad = check_push(hdl, TritonPusher(hdl, send, recv, sms), recv, rank, world, n)
         failures += bad != 0
         if rank == 0 or bad:
             print(f"[rank {rank}] triton {n * 4:>10d} B/peer: {'OK' if bad == 0 else f'{bad} WRONG'}", flush=True)
@@ -200,35 +133,12 @@ def main() -> int:
 
     if args.bench_mib > 0 and failures == 0:
         n = int(args.bench_mib * (1 << 20)) // 4
-        send = torch.empty(world * n, dtype=torch.int32, device="cuda")
-        recv = symm_mem.empty(world * n, dtype=torch.int32, device="cuda")
-        hdl = symm_mem.rendezvous(recv, group)
-        fill_send(send, rank, world)
-        push = TritonPusher(hdl, send, recv, sms)
-        for _ in range(3):
-            push()
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        iters = 20
-        start.record()
-        for _ in range(iters):
-            push()
-        end.record()
-        end.synchronize()
-        us = start.elapsed_time(end) * 1e3 / iters
+        send, recv, hdl = exchange_buffers(n, rank, world, group)
+        us = time_push(TritonPusher(hdl, send, recv, sms))
         if rank == 0:
             gbs = (world - 1) * n * 4 / us / 1e3
             print(f"[rank 0] triton: {args.bench_mib:g} MiB/peer {us:.1f} us/iter, {gbs:.1f} GB/s leaving the GPU", flush=True)
-
-    dist.barrier()
-    dist.destroy_process_group()
-    if failures:
-        print(f"[rank {rank}] {failures} check(s) failed", file=sys.stderr)
-        return 1
-    if rank == 0:
-        print("all checks passed", flush=True)
-    return 0
+    return finish(rank, failures)
 
 
 if __name__ == "__main__":

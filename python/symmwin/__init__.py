@@ -20,6 +20,7 @@ allocation::
 
 from __future__ import annotations
 
+import atexit
 import json
 from typing import Any
 
@@ -54,6 +55,42 @@ HOST_BACKEND = "SYMMWIN_HOST"
 """Backend name for CPU tensors, to pass to ``symm_mem.set_backend``."""
 
 _C.register()
+
+
+def _release_on_destroy() -> None:
+    """Let go of a process group's store when torch destroys the group.
+
+    symmwin holds each group's c10d store for its rendezvous; held past
+    ``destroy_process_group`` it would keep the TCPStore's port open (a re-init on that
+    port fails) and a new group reusing the name would reach the old store. torch has
+    no hook for this, so ``destroy_process_group`` is wrapped.
+    """
+    import functools
+
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    destroy = c10d.destroy_process_group
+    if getattr(destroy, "_symmwin_wrapped", False):
+        return
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group=None):
+        name = None if group is None or group is dist.GroupMember.WORLD else group.group_name
+        try:
+            return destroy(group)
+        finally:
+            _C.release_groups(name)
+
+    destroy_process_group._symmwin_wrapped = True
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
+
+
+_release_on_destroy()
+# Windows still alive at exit keep their group (and its socket file) alive; the
+# sockets must not outlive the process.
+atexit.register(_C.remove_sockets)
 
 
 def flat_layout(hdl: Any) -> tuple[int, int]:

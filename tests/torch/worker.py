@@ -1,7 +1,9 @@
 """One rank of a harness.run_world job: set up torch.distributed and the backend, run
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
+import ctypes
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -14,8 +16,13 @@ class Ctx:
     world: int
     device: str  # "cpu" or "cuda:<index>"
     args: dict
+    # The port of the job's TCPStore (for scenarios that re-initialise on it).
+    port: int = 0
     # Objects a scenario wants alive at interpreter exit.
     keep: list = field(default_factory=list)
+    # Set by a scenario whose process cannot tear down normally (a lost CUDA context,
+    # a dead peer): the worker writes the result, then leaves with os._exit(exit_code).
+    exit_code: int | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -37,6 +44,7 @@ def main() -> int:
     import torch.distributed._symmetric_memory as symm_mem
 
     import symmwin
+    import hostile_scenarios
     import scenarios
 
     if device == "cuda":
@@ -59,15 +67,23 @@ def main() -> int:
     if not args.get("torch_backend"):
         symm_mem.set_backend(backend)
 
-    ctx = Ctx(rank, world, device, args)
+    ctx = Ctx(rank, world, device, args, port=int(port))
+    module = scenarios if hasattr(scenarios, scenario) else hostile_scenarios
     try:
-        result = {"ok": True, "value": getattr(scenarios, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, scenario)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:
         json.dump(result, f)
+    if ctx.exit_code is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # C stdio too: the CUDA driver writes device printf output through it, and
+        # os._exit skips its buffers.
+        ctypes.CDLL(None).fflush(None)
+        os._exit(ctx.exit_code)
 
-    if result["ok"] and not ctx.keep:
+    if result["ok"] and not ctx.keep and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     # With ctx.keep, handles, tensors and the process group are left for the

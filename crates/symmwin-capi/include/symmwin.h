@@ -49,6 +49,11 @@ typedef enum {
    * A bug: a panic was caught at the boundary.
    */
   SYMMWIN_PANIC = 8,
+  /**
+   * A device-side wait timed out and trapped: the CUDA context is lost and the
+   * process must exit. The last error names the op, channel and peers.
+   */
+  SYMMWIN_CONTEXT_LOST = 9,
 } SymmwinStatus;
 
 /**
@@ -131,6 +136,16 @@ typedef struct {
    */
   void (*release)(void *ctx);
   /**
+   * Who serves the store, for error messages (e.g. "TCPStore at host:29500, hosted
+   * by rank 0"); may be NULL. Copied during `symmwin_group_init`.
+   */
+  const char *describe;
+  /**
+   * Identity of the store object (e.g. its address while `ctx` holds it): a group
+   * registered again under its name with another identity is a new group.
+   */
+  uint64_t identity;
+  /**
    * Wait up to `timeout_ms` for all `count` keys, then pass every value to `sink`:
    * one store round trip for a whole gather (c10d's `wait` + `multiGet`).
    */
@@ -212,9 +227,11 @@ SymmwinStatus symmwin_alloc_size(void *ptr, size_t *out);
 SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
 
 /**
- * Register group `name` for `device`. Idempotent: a second call with the same rank
- * and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
- * Takes ownership of `store` in every case.
+ * Register group `name` for `device`. Idempotent: a second call for the same store
+ * (`store.identity`) with the same rank and world is a no-op (its store is
+ * released); a call with another identity replaces the group registered under that
+ * name (a process group destroyed and made again). `global_ranks` may be NULL
+ * (identity). Takes ownership of `store` in every case.
  */
 SymmwinStatus symmwin_group_init(const char *name,
                                  int device,
@@ -222,6 +239,25 @@ SymmwinStatus symmwin_group_init(const char *name,
                                  int world,
                                  const int *global_ranks,
                                  SymmwinStore store);
+
+/**
+ * Forget group `name` (every group when `name` is NULL) and release its store, on
+ * every device: the process group is gone. Windows made on it stay valid. Returns
+ * the number of groups released.
+ */
+size_t symmwin_release_groups(const char *name);
+
+/**
+ * Remove the socket files of this process's groups (at process exit: windows that
+ * are still alive keep working locally, but no peer can reach this process again).
+ */
+size_t symmwin_remove_sockets(void);
+
+/**
+ * 1 if group `name` is registered for `device` with the store `identity` (see
+ * `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+ */
+int symmwin_group_matches(const char *name, int device, uint64_t identity);
 
 /**
  * 1 if group `name` is registered for `device`, else 0.
@@ -265,7 +301,9 @@ SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size
 
 /**
  * Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
- * memory). `timeout_ms` 0 uses the configured timeout.
+ * memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
+ * on the device). On the device a wait that runs out traps: the stream's next
+ * synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
  */
 SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
                                      int channel,

@@ -44,6 +44,9 @@ pub enum SymmwinStatus {
     SymmwinError = 7,
     /// A bug: a panic was caught at the boundary.
     SymmwinPanic = 8,
+    /// A device-side wait timed out and trapped: the CUDA context is lost and the
+    /// process must exit. The last error names the op, channel and peers.
+    SymmwinContextLost = 9,
 }
 
 use SymmwinStatus::*;
@@ -96,6 +99,7 @@ fn status_of(err: &symmwin::Error) -> SymmwinStatus {
         ErrorKind::Mismatch { .. } => SymmwinMismatch,
         ErrorKind::PeerLost(_) => SymmwinPeerLost,
         ErrorKind::NoDriver(_) => SymmwinNoDriver,
+        ErrorKind::ContextLost(_) => SymmwinContextLost,
         _ => SymmwinError,
     }
 }
@@ -127,6 +131,10 @@ fn config() -> symmwin::Result<Config> {
 }
 
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
+    if device >= 0 {
+        // After a device wait trapped, say so before anything touches the lost context.
+        symmwin::provider::cuda::check_context()?;
+    }
     let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
@@ -255,9 +263,11 @@ pub unsafe extern "C" fn symmwin_alloc_info(
     })
 }
 
-/// Register group `name` for `device`. Idempotent: a second call with the same rank
-/// and world is a no-op (its store is released). `global_ranks` may be NULL (identity).
-/// Takes ownership of `store` in every case.
+/// Register group `name` for `device`. Idempotent: a second call for the same store
+/// (`store.identity`) with the same rank and world is a no-op (its store is
+/// released); a call with another identity replaces the group registered under that
+/// name (a process group destroyed and made again). `global_ranks` may be NULL
+/// (identity). Takes ownership of `store` in every case.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_init(
     name: *const c_char,
@@ -278,13 +288,20 @@ pub unsafe extern "C" fn symmwin_group_init(
                 )))
             }
         };
+        if world > symmwin::group::MAX_WORLD {
+            return Err(symmwin::Error::invalid(format!(
+                "world size {world} is larger than symmwin supports ({})",
+                symmwin::group::MAX_WORLD
+            )));
+        }
         let globals = if global_ranks.is_null() {
             Vec::new()
         } else {
             // SAFETY: the caller passes `world` ints when the pointer is non-null.
             unsafe { std::slice::from_raw_parts(global_ranks, world) }.to_vec()
         };
-        let group = REGISTRY.group_or_insert(name, device, || {
+        let identity = store.identity();
+        let group = REGISTRY.group_or_insert(name, device, identity, || {
             Group::new(
                 GroupSpec {
                     name: name.to_owned(),
@@ -306,6 +323,49 @@ pub unsafe extern "C" fn symmwin_group_init(
         }
         Ok(SymmwinOk)
     })
+}
+
+/// Forget group `name` (every group when `name` is NULL) and release its store, on
+/// every device: the process group is gone. Windows made on it stay valid. Returns
+/// the number of groups released.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_release_groups(name: *const c_char) -> usize {
+    catch_unwind(AssertUnwindSafe(|| {
+        if name.is_null() {
+            return REGISTRY.release_groups(None);
+        }
+        // SAFETY: as for every string argument.
+        match unsafe { str_arg(name, "group name") } {
+            Ok(name) => REGISTRY.release_groups(Some(name)),
+            Err(_) => 0,
+        }
+    }))
+    .unwrap_or(0)
+}
+
+/// Remove the socket files of this process's groups (at process exit: windows that
+/// are still alive keep working locally, but no peer can reach this process again).
+#[no_mangle]
+pub extern "C" fn symmwin_remove_sockets() -> usize {
+    catch_unwind(symmwin::exchange::remove_own_sockets).unwrap_or(0)
+}
+
+/// 1 if group `name` is registered for `device` with the store `identity` (see
+/// `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_group_matches(
+    name: *const c_char,
+    device: c_int,
+    identity: u64,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: as for every string argument.
+        let Ok(name) = (unsafe { str_arg(name, "group name") }) else {
+            return 0;
+        };
+        c_int::from(REGISTRY.has_group_for(name, device, identity))
+    }))
+    .unwrap_or(0)
 }
 
 /// 1 if group `name` is registered for `device`, else 0.
@@ -451,7 +511,9 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
 }
 
 /// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the configured timeout.
+/// memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
+/// on the device). On the device a wait that runs out traps: the stream's next
+/// synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_barrier(
     w: *const SymmwinWindow,

@@ -1,6 +1,7 @@
 //! A `Store` backed by C callbacks (torch's c10d Store, through the adapter).
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Arc, RwLock};
 
 use symmwin::{Error, ErrorKind, Phase, Store};
 
@@ -48,6 +49,12 @@ pub struct SymmwinStore {
     pub remove: Option<unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char) -> c_int>,
     /// Free `ctx`.
     pub release: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+    /// Who serves the store, for error messages (e.g. "TCPStore at host:29500, hosted
+    /// by rank 0"); may be NULL. Copied during `symmwin_group_init`.
+    pub describe: *const c_char,
+    /// Identity of the store object (e.g. its address while `ctx` holds it): a group
+    /// registered again under its name with another identity is a new group.
+    pub identity: u64,
     /// Wait up to `timeout_ms` for all `count` keys, then pass every value to `sink`:
     /// one store round trip for a whole gather (c10d's `wait` + `multiGet`).
     pub wait_all: Option<
@@ -62,21 +69,16 @@ pub struct SymmwinStore {
     >,
 }
 
-pub(crate) struct CallbackStore(SymmwinStore);
+/// The callbacks, shared by the calls in flight; `release` runs when the last goes.
+struct Callbacks(SymmwinStore);
 
 // SAFETY: the adapter's contract (SymmwinStore doc) is that the callbacks may be used
 // from any thread; c10d stores are internally synchronised.
-unsafe impl Send for CallbackStore {}
+unsafe impl Send for Callbacks {}
 // SAFETY: as above.
-unsafe impl Sync for CallbackStore {}
+unsafe impl Sync for Callbacks {}
 
-impl CallbackStore {
-    pub(crate) fn new(store: SymmwinStore) -> Self {
-        CallbackStore(store)
-    }
-}
-
-impl Drop for CallbackStore {
+impl Drop for Callbacks {
     fn drop(&mut self) {
         if let Some(release) = self.0.release {
             // SAFETY: release is called exactly once, after the last use of ctx.
@@ -85,14 +87,59 @@ impl Drop for CallbackStore {
     }
 }
 
+/// A store over C callbacks. Releasing it (the process group is gone) lets go of the
+/// callbacks at once, or as soon as calls still in flight return; later calls fail.
+pub(crate) struct CallbackStore {
+    callbacks: RwLock<Option<Arc<Callbacks>>>,
+    describe: Option<String>,
+    identity: u64,
+}
+
+impl CallbackStore {
+    pub(crate) fn new(store: SymmwinStore) -> Self {
+        // SAFETY: a non-null `describe` is a NUL-terminated string valid for this call.
+        let describe = (!store.describe.is_null()).then(|| {
+            unsafe { CStr::from_ptr(store.describe) }
+                .to_string_lossy()
+                .into_owned()
+        });
+        CallbackStore {
+            identity: store.identity,
+            describe,
+            callbacks: RwLock::new(Some(Arc::new(Callbacks(store)))),
+        }
+    }
+
+    pub(crate) fn identity(&self) -> u64 {
+        self.identity
+    }
+
+    fn callbacks(&self) -> symmwin::Result<Arc<Callbacks>> {
+        self.callbacks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                Error::new(
+                    Phase::Publish,
+                    ErrorKind::Store("the process group of this store was destroyed".into()),
+                )
+            })
+    }
+}
+
 fn key(k: &str) -> symmwin::Result<CString> {
     CString::new(k).map_err(|_| Error::invalid(format!("store key {k:?} contains NUL")))
 }
 
-fn failed(what: &str, key: &str) -> Error {
+fn failed(what: &str, key: &str, describe: &Option<String>) -> Error {
+    let host = describe
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
     Error::new(
         Phase::Publish,
-        ErrorKind::Store(format!("{what}({key}) failed in the c10d store")),
+        ErrorKind::Store(format!("{what}({key}) failed in the c10d store{host}")),
     )
 }
 
@@ -129,7 +176,8 @@ impl Store for CallbackStore {
         keys: &[String],
         timeout: std::time::Duration,
     ) -> symmwin::Result<Vec<Option<Vec<u8>>>> {
-        let Some(f) = self.0.wait_all else {
+        let cb = self.callbacks()?;
+        let Some(f) = cb.0.wait_all else {
             return symmwin::store::poll_all(self, keys, timeout);
         };
         let owned = keys
@@ -146,7 +194,7 @@ impl Store for CallbackStore {
         // the call, and `collect_each` appends one value per call.
         let rc = unsafe {
             f(
-                self.0.ctx,
+                cb.0.ctx,
                 pointers.as_ptr(),
                 pointers.len(),
                 timeout_ms,
@@ -158,28 +206,34 @@ impl Store for CallbackStore {
             1 if values.len() == keys.len() => Ok(values.into_iter().map(Some).collect()),
             // Not all there in time: one look per key says which ones are missing.
             0 => keys.iter().map(|k| self.try_get(k)).collect(),
-            _ => Err(failed("wait_all", keys.first().map_or("", String::as_str))),
+            _ => Err(failed(
+                "wait_all",
+                keys.first().map_or("", String::as_str),
+                &self.describe,
+            )),
         }
     }
 
     fn set(&self, k: &str, value: &[u8]) -> symmwin::Result<()> {
-        let f = self.0.set.ok_or_else(|| missing("set"))?;
+        let cb = self.callbacks()?;
+        let f = cb.0.set.ok_or_else(|| missing("set"))?;
         let ck = key(k)?;
         // SAFETY: the callback contract of SymmwinStore; the key and value outlive the call.
-        match unsafe { f(self.0.ctx, ck.as_ptr(), value.as_ptr(), value.len()) } {
+        match unsafe { f(cb.0.ctx, ck.as_ptr(), value.as_ptr(), value.len()) } {
             0 => Ok(()),
-            _ => Err(failed("set", k)),
+            _ => Err(failed("set", k, &self.describe)),
         }
     }
 
     fn try_get(&self, k: &str) -> symmwin::Result<Option<Vec<u8>>> {
-        let f = self.0.try_get.ok_or_else(|| missing("try_get"))?;
+        let cb = self.callbacks()?;
+        let f = cb.0.try_get.ok_or_else(|| missing("try_get"))?;
         let ck = key(k)?;
         let mut value = Vec::new();
         // SAFETY: as for set; `collect` appends to `value`, which outlives the call.
         let rc = unsafe {
             f(
-                self.0.ctx,
+                cb.0.ctx,
                 ck.as_ptr(),
                 collect,
                 &mut value as *mut Vec<u8> as *mut c_void,
@@ -188,28 +242,43 @@ impl Store for CallbackStore {
         match rc {
             1 => Ok(Some(value)),
             0 => Ok(None),
-            _ => Err(failed("get", k)),
+            _ => Err(failed("get", k, &self.describe)),
         }
     }
 
     fn add(&self, k: &str, delta: i64) -> symmwin::Result<i64> {
-        let f = self.0.add.ok_or_else(|| missing("add"))?;
+        let cb = self.callbacks()?;
+        let f = cb.0.add.ok_or_else(|| missing("add"))?;
         let ck = key(k)?;
         let mut out = 0i64;
         // SAFETY: as for set; `out` outlives the call.
-        match unsafe { f(self.0.ctx, ck.as_ptr(), delta, &mut out) } {
+        match unsafe { f(cb.0.ctx, ck.as_ptr(), delta, &mut out) } {
             0 => Ok(out),
-            _ => Err(failed("add", k)),
+            _ => Err(failed("add", k, &self.describe)),
         }
     }
 
     fn delete(&self, k: &str) -> symmwin::Result<()> {
-        let f = self.0.remove.ok_or_else(|| missing("remove"))?;
+        let cb = self.callbacks()?;
+        let f = cb.0.remove.ok_or_else(|| missing("remove"))?;
         let ck = key(k)?;
         // SAFETY: as for set.
-        match unsafe { f(self.0.ctx, ck.as_ptr()) } {
+        match unsafe { f(cb.0.ctx, ck.as_ptr()) } {
             0 => Ok(()),
-            _ => Err(failed("delete", k)),
+            _ => Err(failed("delete", k, &self.describe)),
         }
+    }
+
+    fn describe(&self) -> Option<String> {
+        self.describe.clone()
+    }
+
+    fn release(&self) {
+        let taken = self
+            .callbacks
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(taken);
     }
 }

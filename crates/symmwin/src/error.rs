@@ -83,7 +83,10 @@ pub enum ErrorKind {
         detail: String,
     },
     /// Some ranks did not arrive in time.
-    #[error("timed out after {waited:?} waiting for rank(s) {missing:?}")]
+    #[error(
+        "timed out after {waited:?} waiting for rank(s) {}",
+        crate::text::ranks(missing)
+    )]
     Timeout {
         /// Ranks that never answered.
         missing: Vec<usize>,
@@ -110,9 +113,16 @@ pub enum ErrorKind {
     /// An argument is out of range or inconsistent.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An operating-system limit was hit; the message names it and how to raise it.
+    #[error("resource limit: {0}")]
+    Limit(String),
     /// The requested configuration cannot be honoured (e.g. fabric handles without IMEX).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A device-side wait timed out and its kernel trapped: the CUDA context is lost and
+    /// the process must exit. Reported by every later call that reaches the device.
+    #[error("{0}")]
+    ContextLost(Box<crate::device_timeout::DeviceTimeout>),
 }
 
 /// An error with the context needed to act on it in a multi-process job.
@@ -185,6 +195,12 @@ impl Error {
     /// True when the error is a timeout waiting for peers.
     pub fn is_timeout(&self) -> bool {
         matches!(self.kind, ErrorKind::Timeout { .. })
+    }
+
+    /// True when a device-side wait timed out earlier and trapped: nothing on the device
+    /// works any more in this process, which must exit.
+    pub fn is_context_lost(&self) -> bool {
+        matches!(self.kind, ErrorKind::ContextLost(_))
     }
 }
 

@@ -1,5 +1,6 @@
 //! A group: the ranks that rendezvous together, their store and this rank's socket.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,6 +10,11 @@ use crate::exchange::Endpoint;
 use crate::provider::Provider;
 use crate::signal::pool::PadPools;
 use crate::store::{Namespace, Store};
+
+/// The largest world size a group accepts. Every rank's request and slot is held in
+/// memory during a rendezvous, so a larger world could only end in an allocation
+/// failure (an abort); global ranks must also fit the C ABI's `int`.
+pub const MAX_WORLD: usize = 1 << 20;
 
 /// Who is in a group and which one we are.
 #[derive(Debug, Clone)]
@@ -46,8 +52,14 @@ pub(crate) struct GroupShared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) namespace: Namespace,
     pub(crate) timeout: Duration,
+    /// Limit of a device-side wait given none (see `config`).
+    pub(crate) device_timeout: Duration,
     pub(crate) host: String,
     pub(crate) pads: Arc<PadPools>,
+    /// Rendezvous calls this rank answered with "not symmetric" (memory that is not
+    /// symmwin's) without taking part; carried in every request, so a rank that
+    /// skipped a rendezvous its peers took part in is named instead of mis-wired.
+    pub(crate) foreign_calls: AtomicU64,
     /// Rendezvous of one group are collective and ordered, so they run one at a time.
     pub(crate) state: Mutex<GroupState>,
 }
@@ -92,6 +104,12 @@ impl Group {
         provider: Arc<dyn Provider>,
         config: &Config,
     ) -> Result<Self> {
+        if spec.world > MAX_WORLD {
+            return Err(Error::invalid(format!(
+                "world size {} is larger than symmwin supports ({MAX_WORLD})",
+                spec.world
+            )));
+        }
         if spec.world == 0 || spec.rank >= spec.world {
             return Err(Error::invalid(format!(
                 "rank {} is not in a group of {} ranks",
@@ -102,8 +120,14 @@ impl Group {
             return Err(Error::invalid("group name is empty"));
         }
         let global_ranks = if spec.global_ranks.is_empty() {
-            (0..spec.world as i32).collect()
+            // MAX_WORLD < i32::MAX, so every rank converts.
+            (0..spec.world)
+                .filter_map(|r| i32::try_from(r).ok())
+                .collect()
         } else if spec.global_ranks.len() == spec.world {
+            if let Some(bad) = spec.global_ranks.iter().find(|&&g| g < 0) {
+                return Err(Error::invalid(format!("global rank {bad} is negative")));
+            }
             spec.global_ranks
         } else {
             return Err(Error::invalid(format!(
@@ -129,8 +153,10 @@ impl Group {
                 provider,
                 store,
                 timeout: config.timeout,
+                device_timeout: config.device_timeout,
                 host,
                 pads: Arc::default(),
+                foreign_calls: AtomicU64::new(0),
                 state: Mutex::new(GroupState {
                     next_seq: 0,
                     endpoint,
@@ -163,6 +189,12 @@ impl Group {
     /// Global rank of every group rank.
     pub fn global_ranks(&self) -> &[i32] {
         &self.shared.global_ranks
+    }
+
+    /// Record a rendezvous call this rank answered "not symmetric" (its memory is not
+    /// symmwin's) without taking part. Local: no store or peer is involved.
+    pub fn note_foreign_rendezvous(&self) {
+        self.shared.foreign_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Pad pool windows this rank holds (diagnostics: they never grow per window).

@@ -31,11 +31,13 @@
 
 pub mod allocation;
 pub mod config;
+pub mod device_timeout;
 pub mod error;
 pub mod exchange;
 mod export_ahead;
 pub mod group;
 pub mod layout;
+mod limits;
 mod private_dir;
 pub mod probe;
 pub mod provider;
@@ -43,12 +45,14 @@ pub mod registry;
 pub mod rendezvous;
 pub mod signal;
 pub mod store;
+mod text;
 pub mod token;
 pub mod window;
 pub mod window_cache;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};
+pub use device_timeout::DeviceTimeout;
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use group::{Group, GroupSpec};
 pub use layout::FlatLayout;

@@ -6,15 +6,10 @@ use std::path::Path;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// Create `dir` (and missing parents) as `0700`; refuse it unless it is a real
-/// directory owned by us that no other user can enter. `what` names the directory and
+/// directory owned by us that no other user can enter, in parents no other user can
+/// swap it out of. `what` names the directory and
 /// `guards` what it protects, for the error message.
 pub(crate) fn ensure(dir: &Path, what: &str, guards: &str, phase: Phase) -> Result<()> {
-    let refuse = |why: String| {
-        Error::new(
-            phase,
-            ErrorKind::Rejected(format!("{what} {}: {why}", dir.display())),
-        )
-    };
     match std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -26,6 +21,19 @@ pub(crate) fn ensure(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
         }
         _ => {}
     }
+    verify(dir, what, guards, phase)?;
+    check_ancestors(dir, what, phase)
+}
+
+/// [`ensure`] without creating anything or looking above `dir`: for a directory
+/// checked before, every time it is used again (someone may have changed it since).
+pub(crate) fn verify(dir: &Path, what: &str, guards: &str, phase: Phase) -> Result<()> {
+    let refuse = |why: String| {
+        Error::new(
+            phase,
+            ErrorKind::Rejected(format!("{what} {}: {why}", dir.display())),
+        )
+    };
     let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::os(phase, "lstat", e))?;
     if !meta.file_type().is_dir() {
         return Err(refuse("is not a directory (a symlink is refused)".into()));
@@ -44,4 +52,68 @@ pub(crate) fn ensure(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
         )));
     }
     Ok(())
+}
+
+/// Every directory above `dir` must be safe from other users: owned by us or root,
+/// and if others may write to it, sticky (so they cannot rename `dir` away and put
+/// their own in its place).
+fn check_ancestors(dir: &Path, what: &str, phase: Phase) -> Result<()> {
+    let uid = rustix::process::getuid().as_raw();
+    let absolute = std::path::absolute(dir).map_err(|e| Error::os(phase, "getcwd", e))?;
+    for parent in absolute.ancestors().skip(1) {
+        let meta = std::fs::metadata(parent).map_err(|e| Error::os(phase, "stat", e))?;
+        let mode = meta.mode();
+        let others_write = mode & 0o022 != 0;
+        let sticky = mode & 0o1000 != 0;
+        let owner_ok = meta.uid() == uid || meta.uid() == 0;
+        if !owner_ok || (others_write && !sticky) {
+            return Err(Error::new(
+                phase,
+                ErrorKind::Rejected(format!(
+                    "{what} {}: its parent {} (mode {:o}, uid {}) lets other users \
+                     replace it; use a directory under one only you (or root, with the \
+                     sticky bit) can write",
+                    dir.display(),
+                    parent.display(),
+                    mode & 0o7777,
+                    meta.uid()
+                )),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_private_directory_in_a_parent_others_can_write_is_refused() {
+        let root = std::env::temp_dir().join(format!("symmwin-parent-{}", std::process::id()));
+        let open = root.join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure(
+            &open.join("private"),
+            "socket directory",
+            "the sockets",
+            Phase::Exchange,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("lets other users replace it"), "{err}");
+        // The sticky bit (as on /tmp) makes the same parent safe.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        ensure(
+            &open.join("private"),
+            "socket directory",
+            "the sockets",
+            Phase::Exchange,
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -10,12 +10,25 @@ use crate::group::Group;
 use crate::provider::Provider;
 use crate::window::Window;
 
-/// Allocations by address, groups by (name, device), windows by (allocation, group).
+/// A window slot: filled by the first rendezvous of an (allocation, group); a second
+/// caller waits on the slot's lock for the first instead of running a collective.
+type WindowSlot = Arc<Mutex<Option<Window>>>;
+
+/// Which group object a window belongs to: its shared state's address, which cannot
+/// be reused while a cached window (which holds that state) exists.
+type GroupKey = usize;
+
+/// Allocations by address, groups by (name, device) with the identity of the store
+/// they were made for, windows by (allocation, group object).
 #[derive(Default)]
 pub struct Registry {
     allocations: Mutex<BTreeMap<usize, Allocation>>,
-    groups: Mutex<HashMap<(String, i32), Group>>,
-    windows: Mutex<HashMap<(u64, String), Window>>,
+    groups: Mutex<HashMap<(String, i32), (Group, u64)>>,
+    windows: Mutex<HashMap<(u64, GroupKey), WindowSlot>>,
+}
+
+fn group_key(group: &Group) -> GroupKey {
+    Arc::as_ptr(&group.shared) as usize
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,27 +76,67 @@ impl Registry {
 
     /// The group registered as `name` on `device`, if any.
     pub fn group(&self, name: &str, device: i32) -> Option<Group> {
-        lock(&self.groups).get(&(name.to_owned(), device)).cloned()
+        lock(&self.groups)
+            .get(&(name.to_owned(), device))
+            .map(|(g, _)| g.clone())
     }
 
-    /// The group `name` on `device`, created with `make` on first use.
+    /// True when group `name` on `device` is registered for the store `store_id`.
+    pub fn has_group_for(&self, name: &str, device: i32, store_id: u64) -> bool {
+        lock(&self.groups)
+            .get(&(name.to_owned(), device))
+            .is_some_and(|(_, id)| *id == store_id)
+    }
+
+    /// The group `name` on `device` made for the store whose identity is `store_id`,
+    /// created with `make` on first use. A group registered under that name for
+    /// another store (the process group was destroyed and a new one took its name)
+    /// is released and replaced: its windows stay valid, no new rendezvous uses it.
     pub fn group_or_insert(
         &self,
         name: &str,
         device: i32,
+        store_id: u64,
         make: impl FnOnce() -> Result<Group>,
     ) -> Result<Group> {
         let mut groups = lock(&self.groups);
-        if let Some(g) = groups.get(&(name.to_owned(), device)) {
-            return Ok(g.clone());
+        let key = (name.to_owned(), device);
+        if let Some((g, id)) = groups.get(&key) {
+            if *id == store_id {
+                return Ok(g.clone());
+            }
         }
         let group = make()?;
-        groups.insert((name.to_owned(), device), group.clone());
+        if let Some((old, _)) = groups.insert(key, (group.clone(), store_id)) {
+            old.shared.store.release();
+        }
         Ok(group)
     }
 
+    /// Forget group `name` (every group when `None`) on every device and release
+    /// its store: the process group it was made for is gone. Windows made on it stay
+    /// valid; its socket goes with the last of them. The number of groups released.
+    pub fn release_groups(&self, name: Option<&str>) -> usize {
+        let mut released = Vec::new();
+        lock(&self.groups).retain(|(n, _), (g, _)| {
+            let keep = name.is_some_and(|name| name != n);
+            if !keep {
+                released.push(g.clone());
+            }
+            keep
+        });
+        for group in &released {
+            group.shared.store.release();
+            let key = group_key(group);
+            lock(&self.windows).retain(|(_, g), _| *g != key);
+        }
+        released.len()
+    }
+
     /// Window of the allocation covering `ptr` on `group`, and `ptr`'s offset in it.
-    /// `Ok(None)` when `ptr` is not ours. Cached: a second call is not collective.
+    /// `Ok(None)` when `ptr` is not ours (counted on the group, so that a peer that
+    /// did take part is told which rank skipped). Cached: a later call is not
+    /// collective, and a concurrent one waits for the first and gets its window.
     pub fn rendezvous(
         &self,
         ptr: usize,
@@ -91,14 +144,22 @@ impl Registry {
         pad_size: usize,
     ) -> Result<Option<(Window, usize)>> {
         let Some((alloc, offset)) = self.find(ptr) else {
+            group.note_foreign_rendezvous();
             return Ok(None);
         };
-        let key = (alloc.id(), group.name().to_owned());
-        if let Some(w) = lock(&self.windows).get(&key) {
+        let slot = Arc::clone(
+            lock(&self.windows)
+                .entry((alloc.id(), group_key(group)))
+                .or_default(),
+        );
+        let mut slot = lock(&slot);
+        if let Some(w) = slot.as_ref() {
+            // A cached window skips the provider; a lost device context must still show.
+            w.check_errors()?;
             return Ok(Some((w.clone(), offset)));
         }
         let window = group.rendezvous_with_pads(&alloc, pad_size)?;
-        lock(&self.windows).insert(key, window.clone());
+        *slot = Some(window.clone());
         Ok(Some((window, offset)))
     }
 }

@@ -27,7 +27,8 @@ impl Token {
 
     /// Parse the hex form.
     pub fn from_hex(s: &str) -> Option<Self> {
-        if s.len() != 32 || !s.is_ascii() {
+        // `from_str_radix` alone would also take a sign ("+0").
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         let mut bytes = [0u8; 16];
@@ -85,6 +86,8 @@ mod tests {
         assert_eq!(Token::from_hex(&t.to_hex()), Some(t));
         assert!(!format!("{t:?}").contains(&t.to_hex()));
         assert_eq!(Token::from_hex("zz"), None);
+        assert_eq!(Token::from_hex(&"+0".repeat(16)), None);
+        assert_eq!(Token::from_hex(&"-1".repeat(16)), None);
         assert!(t.matches(&t.0));
         let mut other = t.0;
         other[15] ^= 1;

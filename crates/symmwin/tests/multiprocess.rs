@@ -228,6 +228,7 @@ fn publish_and_vanish(rank: usize, world: usize) {
         pad_size: symmwin::signal::DEFAULT_PAD_SIZE,
         pad_pools: 0,
         pad_free: vec![],
+        foreign_calls: 0,
         pid: std::process::id(),
         uid: rustix::process::getuid().as_raw(),
         host: rustix::system::uname()

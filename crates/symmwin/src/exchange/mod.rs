@@ -60,6 +60,9 @@ pub struct Round<'a> {
 #[derive(Debug)]
 struct Early {
     sender: usize,
+    /// The sending process, as the kernel reported it: checked again against the
+    /// request of the rendezvous the handle is for once that request is read.
+    pid: Option<u32>,
     world: usize,
     size: u64,
     handle: SharedHandle,
@@ -76,6 +79,9 @@ pub struct Endpoint {
     early: HashMap<(u64, u64), Vec<Early>>,
     /// Messages dropped since creation (for tests and diagnostics).
     rejected: u64,
+    /// Datagrams whose attached fds the kernel dropped (`MSG_CTRUNC`) since creation:
+    /// this process was at its open-file limit when they arrived.
+    fds_dropped: u64,
     /// Traffic since creation: messages sent, handles accepted.
     counts: ExchangeCounts,
 }
@@ -117,6 +123,7 @@ impl Endpoint {
             )
         })?;
         rustix::net::bind(&socket, &addr).map_err(|e| Error::os(Phase::Exchange, "bind", e))?;
+        own_sockets().push(path.clone());
         // The directory already shuts out other users; the mode is a second lock.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Error::os(Phase::Exchange, "chmod(socket)", e))?;
@@ -129,6 +136,7 @@ impl Endpoint {
             uid: rustix::process::getuid().as_raw(),
             early: HashMap::new(),
             rejected: 0,
+            fds_dropped: 0,
             counts: ExchangeCounts::default(),
         })
     }
@@ -163,6 +171,7 @@ impl Endpoint {
     ) -> Result<Vec<Option<SharedHandle>>> {
         let world = round.peers.len();
         let deadline = Instant::now() + timeout;
+        let fds_dropped_before = self.fds_dropped;
         let mut received: Vec<Option<SharedHandle>> = (0..world).map(|_| None).collect();
         for early in self
             .early
@@ -198,6 +207,12 @@ impl Endpoint {
                 waiting.extend(&unsent);
                 waiting.sort_unstable();
                 waiting.dedup();
+                if self.fds_dropped > fds_dropped_before {
+                    return Err(crate::limits::fd_limit_error(
+                        self.fds_dropped - fds_dropped_before,
+                        &waiting,
+                    ));
+                }
                 return Err(Error::new(
                     Phase::Exchange,
                     ErrorKind::Timeout {
@@ -264,7 +279,7 @@ impl Endpoint {
                 ErrorKind::PeerLost(format!(
                     "rank {peer} (pid {}) is not listening on {}",
                     address.pid,
-                    address.socket.display()
+                    shown(&address.socket)
                 )),
             )
             .with_peer(peer)),
@@ -316,6 +331,11 @@ impl Endpoint {
         let truncated = msg
             .flags
             .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
+        if msg.flags.contains(ReturnFlags::CTRUNC) {
+            // Our control buffer has room for more fds than any sender attaches, so a
+            // truncation means the kernel could not install the fds: EMFILE.
+            self.fds_dropped += 1;
+        }
         Ok(Some(Received {
             bytes: buf[..msg.bytes.min(buf.len())].to_vec(),
             truncated,
@@ -332,10 +352,12 @@ impl Endpoint {
         raw: Received,
         received: &mut [Option<SharedHandle>],
     ) -> Result<()> {
+        let pid = raw.pid;
         match self.authenticate(round, raw) {
             Ok((message, handle)) => {
                 let early = Early {
                     sender: message.sender as usize,
+                    pid,
                     world: message.world as usize,
                     size: message.size,
                     handle,
@@ -379,7 +401,10 @@ impl Endpoint {
             return Err(format!("wrong token from pid {:?}", raw.pid));
         }
         let sender = message.sender as usize;
-        if message.group == round.group && message.seq == round.seq {
+        // A rank is one process for the whole life of its group, so the pid its
+        // current request names is the only one that may send for this or a later
+        // rendezvous (a token holder that is not a rank cannot plant an early handle).
+        if message.group == round.group && message.seq >= round.seq {
             let expected = round
                 .peers
                 .get(sender)
@@ -413,6 +438,18 @@ impl Endpoint {
         received: &mut [Option<SharedHandle>],
     ) -> Result<()> {
         let sender = early.sender;
+        let expected = round.peers.get(sender).map(|p| p.pid);
+        if sender == round.rank || expected.is_none() || early.pid != expected {
+            self.rejected += 1;
+            tracing::warn!(
+                "symmwin rank {}: rejected an early handle for rank {sender} from pid {:?}; \
+                 its request names pid {:?}",
+                round.rank,
+                early.pid,
+                expected
+            );
+            return Ok(());
+        }
         if early.world != round.peers.len() || early.size != round.size {
             return Err(Error::new(
                 Phase::Exchange,
@@ -449,8 +486,27 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        own_sockets().retain(|p| p != &self.path);
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Socket paths this process has bound and not yet removed.
+fn own_sockets() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    static OWN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    OWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove the socket files of every endpoint of this process, for process exit:
+/// groups and windows kept alive until then (by statics, or by objects an
+/// interpreter never destroys) would otherwise leave them behind. Endpoints stay
+/// usable locally; no peer can reach them afterwards. The number removed.
+pub fn remove_own_sockets() -> usize {
+    let paths: Vec<PathBuf> = own_sockets().drain(..).collect();
+    paths
+        .iter()
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
 }
 
 #[derive(Debug)]
@@ -489,6 +545,14 @@ fn most_likely_lost(round: &Round<'_>, mut lost: Vec<(usize, Error)>) -> Error {
     error
 }
 
+/// A path from a peer's request, bounded for an error message.
+fn shown(path: &Path) -> String {
+    crate::text::clip(&path.display().to_string())
+}
+
+/// Longest path a Unix socket address holds (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 /// A peer socket must be a socket owned by `uid` inside a directory that only `uid`
 /// can enter.
 fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
@@ -496,13 +560,20 @@ fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
     let refuse = |why: &str| {
         Error::new(
             Phase::Exchange,
-            ErrorKind::Rejected(format!("peer socket {}: {why}", path.display())),
+            ErrorKind::Rejected(format!("peer socket {}: {why}", shown(path))),
         )
     };
-    let meta = std::fs::symlink_metadata(path).map_err(|_| {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(refuse(&format!(
+            "the path is {len} bytes, longer than a Unix socket address holds \
+             ({MAX_SOCKET_PATH}); the peer's request is corrupt or forged"
+        )));
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
         Error::new(
             Phase::Exchange,
-            ErrorKind::PeerLost(format!("socket {} is gone", path.display())),
+            ErrorKind::PeerLost(format!("socket {} is gone ({e})", shown(path))),
         )
     })?;
     if !meta.file_type().is_socket() || meta.uid() != uid {
@@ -520,26 +591,84 @@ fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
 /// remove those whose owning pid (the name's first field) is gone. Once per process.
 fn remove_stale_sockets(dir: &Path) {
     static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
+    DONE.get_or_init(|| sweep_dead_sockets(dir));
+}
+
+/// The pid in a socket name this module makes (`<pid>-<16 hex>-<16 hex>.sock`).
+fn socket_name_pid(name: &str) -> Option<i32> {
+    let stem = name.strip_suffix(".sock")?;
+    let mut parts = stem.split('-');
+    let pid = parts.next()?;
+    let hex16 = |p: Option<&str>| {
+        p.is_some_and(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if !hex16(parts.next()) || !hex16(parts.next()) || parts.next().is_some() {
+        return None;
+    }
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Remove the sockets in `dir` named as ours whose pid is gone. Anything that is not
+/// a socket (a file, a symlink) is left alone whatever its name.
+fn sweep_dead_sockets(dir: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(socket_name_pid) else {
+            continue;
         };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.ends_with(".sock"))
-                .and_then(|n| n.split('-').next())
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let alive = rustix::process::Pid::from_raw(pid)
-                .map(|p| rustix::process::test_kill_process(p).is_ok())
-                .unwrap_or(false);
-            if !alive {
-                let _ = std::fs::remove_file(entry.path());
-            }
+        // `DirEntry::file_type` does not follow symlinks.
+        if !entry.file_type().is_ok_and(|t| t.is_socket()) {
+            continue;
         }
-    });
+        let alive = rustix::process::Pid::from_raw(pid)
+            .map(|p| rustix::process::test_kill_process(p).is_ok())
+            .unwrap_or(false);
+        if !alive {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_deletes_only_dead_sockets_it_named() {
+        let dir = std::env::temp_dir().join(format!("symmwin-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // No process has a pid above the kernel's largest pid_max (2^22).
+        let dead = format!("{}-{:016x}-{:016x}.sock", (1 << 22) + 7, 1, 2);
+        let socket = dir.join(&dead);
+        let _bound = std::os::unix::net::UnixDatagram::bind(&socket).unwrap();
+        let file = dir.join(format!("{}-{:016x}-{:016x}.sock", (1 << 22) + 8, 1, 2));
+        std::fs::write(&file, b"a user's file").unwrap();
+        let link = dir.join(format!("{}-{:016x}-{:016x}.sock", (1 << 22) + 9, 1, 2));
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let odd = dir.join(format!("{}-x.sock", (1 << 22) + 10));
+        let _odd_bound = std::os::unix::net::UnixDatagram::bind(&odd).unwrap();
+        sweep_dead_sockets(&dir);
+        assert!(!socket.exists(), "the dead rank's socket goes");
+        assert!(file.exists(), "a regular file stays");
+        assert!(std::fs::symlink_metadata(&link).is_ok(), "a symlink stays");
+        assert!(odd.exists(), "a socket named otherwise stays");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_overlong_peer_socket_path_is_named_as_such() {
+        let long = PathBuf::from(format!("/tmp/{}", "d".repeat(1 << 20)));
+        let err = check_peer_socket(&long, 0).unwrap_err().to_string();
+        assert!(
+            err.contains("longer than a Unix socket address holds"),
+            "{err}"
+        );
+        assert!(err.len() < 1000, "{} bytes", err.len());
+    }
 }

@@ -93,6 +93,15 @@ impl Provider for HostProvider {
         // memfd of exactly the agreed size, so mapping it can never fault.
         let seals = rustix::fs::fcntl_get_seals(&fd)
             .map_err(|e| Error::os(Phase::Import, "fcntl(F_GET_SEALS)", e))?;
+        if seals.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+            return Err(Error::new(
+                Phase::Import,
+                ErrorKind::Rejected(format!(
+                    "the peer's memory is write-sealed (seals {seals:?}): it cannot be \
+                     mapped writable, so it cannot be part of a window"
+                )),
+            ));
+        }
         if !seals.contains(REQUIRED_SEALS) {
             return Err(Error::new(
                 Phase::Import,
@@ -126,7 +135,7 @@ impl Provider for HostProvider {
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }
-        .map_err(|e| Error::os(Phase::Map, "mmap(reserve)", e))?;
+        .map_err(|e| crate::limits::mmap_error(Phase::Map, "mmap(reserve)", e))?;
         Ok(Box::new(HostSpan {
             base: base as usize,
             len,
@@ -212,7 +221,7 @@ impl Span for HostSpan {
                 0,
             )
         }
-        .map_err(|e| Error::os(Phase::Map, "mmap(MAP_FIXED)", e))?;
+        .map_err(|e| crate::limits::mmap_error(Phase::Map, "mmap(MAP_FIXED)", e))?;
         Ok(())
     }
 
@@ -374,5 +383,24 @@ impl Signals for HostSignals {
         } else {
             Err(timed_out(src, timeout))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_sealed_memfd_is_refused_naming_the_seal() {
+        let fd = rustix::fs::memfd_create("peer", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS | SealFlags::WRITE).unwrap();
+        let err = HostProvider::new()
+            .import(SharedHandle::Fd(fd), 4096)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("write-sealed"), "{err}");
     }
 }

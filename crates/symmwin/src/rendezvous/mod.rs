@@ -227,6 +227,9 @@ impl Group {
             pad_size: pads.pad_size,
             pad_pools: pads.pools,
             pad_free: pads.free.clone(),
+            foreign_calls: shared
+                .foreign_calls
+                .load(std::sync::atomic::Ordering::Relaxed),
             pid: std::process::id(),
             uid: rustix::process::getuid().as_raw(),
             host: shared.host.clone(),
@@ -248,8 +251,17 @@ impl Group {
             None => Some(own.export()?),
         };
         lap(&mut times.export_us);
+        let deadline = Instant::now() + shared.timeout;
         let encoded = request.encode();
-        shared.store.set(&own_key, &encoded).map_err(|e| Error {
+        let (key, value) = (own_key.clone(), encoded.clone());
+        store::deadline::call(
+            &shared.store,
+            deadline,
+            Phase::Publish,
+            || format!("set({own_key})"),
+            move |s| s.set(&key, &value),
+        )
+        .map_err(|e| Error {
             phase: Phase::Publish,
             ..e
         })?;
@@ -259,11 +271,11 @@ impl Group {
             let keys: Vec<String> = (0..shared.world)
                 .map(|r| shared.namespace.request(seq, r))
                 .collect();
-            let values = store::gather(
-                shared.store.as_ref(),
-                &keys,
-                (shared.rank, &encoded),
-                shared.timeout,
+            let values = store::gather_by(
+                &shared.store,
+                keys.clone(),
+                (shared.rank, encoded.clone()),
+                deadline,
             )?;
             let requests = values
                 .iter()
@@ -359,30 +371,47 @@ impl Group {
     /// Delete the request keys no peer needs any more, after rendezvous `outcome`
     /// (`None`: failed; `Some(reused)`: succeeded, with or without handles).
     fn drop_keys(&self, state: &mut GroupState, own_key: String, outcome: Option<bool>) {
-        let delete = |key: &str| {
-            if let Err(e) = self.shared.store.delete(key) {
-                tracing::warn!(
-                    "symmwin rank {}: could not delete {key}: {e}",
-                    self.shared.rank
-                );
-            }
-        };
-        match outcome {
+        let doomed: Vec<String> = match outcome {
             // Every peer read our request before it sent us its handle, so after a
             // success the key (and those of earlier failures, which every peer has
             // moved past) can go.
             Some(false) => {
                 state.stale_keys.push(own_key);
-                state.stale_keys.drain(..).for_each(|k| delete(&k));
+                state.stale_keys.drain(..).collect()
             }
             // No handles went, so a peer may not have read our request yet; it has
             // by the time it publishes its next one. Every peer published this
             // rendezvous's, so the keys from before it go now, ours at the next.
             Some(true) => {
-                state.stale_keys.drain(..).for_each(|k| delete(&k));
+                let earlier = state.stale_keys.drain(..).collect();
                 state.stale_keys.push(own_key);
+                earlier
             }
-            None => state.stale_keys.push(own_key),
+            None => {
+                state.stale_keys.push(own_key);
+                Vec::new()
+            }
+        };
+        if doomed.is_empty() {
+            return;
+        }
+        let rank = self.shared.rank;
+        let deleted = store::deadline::call(
+            &self.shared.store,
+            Instant::now() + self.shared.timeout,
+            Phase::Teardown,
+            || "deleting our request keys".into(),
+            move |s| {
+                for key in &doomed {
+                    if let Err(e) = s.delete(key) {
+                        tracing::warn!("symmwin rank {rank}: could not delete {key}: {e}");
+                    }
+                }
+                Ok(())
+            },
+        );
+        if let Err(e) = deleted {
+            tracing::warn!("symmwin rank {rank}: {e}");
         }
     }
 }

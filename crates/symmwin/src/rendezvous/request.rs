@@ -41,6 +41,10 @@ pub struct Request {
     pub pad_pools: usize,
     /// Free-slot bitmap over all pad pools, 64 slots a word.
     pub pad_free: Vec<u64>,
+    /// Rendezvous calls the rank answered "not symmetric" on this group so far
+    /// (see [`crate::Group::note_foreign_rendezvous`]); ranks must agree.
+    #[serde(default)]
+    pub foreign_calls: u64,
     /// Publishing process.
     pub pid: u32,
     /// Its uid.
@@ -82,6 +86,7 @@ impl std::fmt::Debug for Request {
             .field("pad_size", &self.pad_size)
             .field("pad_pools", &self.pad_pools)
             .field("pad_free", &self.pad_free)
+            .field("foreign_calls", &self.foreign_calls)
             .field("pid", &self.pid)
             .field("uid", &self.uid)
             .field("host", &self.host)
@@ -125,10 +130,10 @@ impl Request {
 
 /// Check that all requests agree; the error names the field and who holds what.
 pub fn validate(requests: &[Request]) -> Result<()> {
-    fn agree<T: PartialEq + std::fmt::Debug>(
-        requests: &[Request],
+    fn agree<'a, T: PartialEq + std::fmt::Debug>(
+        requests: &'a [Request],
         field: &'static str,
-        get: impl Fn(&Request) -> T,
+        get: impl Fn(&'a Request) -> T,
     ) -> Result<()> {
         let first = get(&requests[0]);
         if requests.iter().all(|r| get(r) == first) {
@@ -136,16 +141,22 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         }
         let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for r in requests {
+            // Values come from peers (a host name may be anything): echo a bounded part.
             groups
-                .entry(format!("{:?}", get(r)))
+                .entry(crate::text::debug_clipped(&get(r)))
                 .or_default()
                 .push(r.rank);
         }
-        let detail = groups
+        let listed = groups.len().min(crate::text::MAX_RANKS_LISTED);
+        let mut detail = groups
             .iter()
-            .map(|(value, ranks)| format!("{value} on rank(s) {ranks:?}"))
+            .take(listed)
+            .map(|(value, ranks)| format!("{value} on rank(s) {}", crate::text::ranks(ranks)))
             .collect::<Vec<_>>()
             .join("; ");
+        if groups.len() > listed {
+            detail.push_str(&format!("; ... {} more values", groups.len() - listed));
+        }
         Err(Error::new(
             Phase::Gather,
             ErrorKind::Mismatch { field, detail },
@@ -155,7 +166,7 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         return Err(Error::invalid("no requests to validate"));
     }
     agree(requests, "version", |r| r.version)?;
-    agree(requests, "group", |r| r.group.clone())?;
+    agree(requests, "group", |r| r.group.as_str())?;
     agree(requests, "seq", |r| r.seq)?;
     agree(requests, "world", |r| r.world)?;
     agree(requests, "provider", |r| r.provider)?;
@@ -164,8 +175,18 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "alloc_size", |r| r.alloc_size)?;
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
-    agree(requests, "host", |r| r.host.clone())?;
+    agree(requests, "host", |r| r.host.as_str())?;
     agree(requests, "uid", |r| r.uid)?;
+    agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|mut e| {
+        if let ErrorKind::Mismatch { detail, .. } = &mut e.kind {
+            detail.push_str(
+                " (rendezvous calls answered None because the memory is not symmwin's: \
+                 the rank(s) with the higher count skipped a rendezvous the others took \
+                 part in; allocate that tensor with symm_mem.empty on every rank)",
+            );
+        }
+        e
+    })?;
     if requests.len() != requests[0].world {
         return Err(Error::new(
             Phase::Gather,
@@ -201,6 +222,7 @@ mod tests {
             pad_size: 0,
             pad_pools: 0,
             pad_free: vec![],
+            foreign_calls: 0,
             pid: 1,
             uid: 0,
             host: "h".into(),
@@ -217,6 +239,36 @@ mod tests {
         assert!(err.contains("size"), "{err}");
         assert!(err.contains("100 on rank(s) [0, 2]"), "{err}");
         assert!(err.contains("200 on rank(s) [1]"), "{err}");
+    }
+
+    #[test]
+    fn a_rank_that_skipped_a_rendezvous_is_named() {
+        let mut reqs: Vec<_> = (0..3).map(|r| request(r, 100)).collect();
+        reqs[1].foreign_calls = 1;
+        let err = validate(&reqs).unwrap_err().to_string();
+        assert!(
+            err.contains("foreign_calls: 0 on rank(s) [0, 2]; 1 on rank(s) [1]"),
+            "{err}"
+        );
+        assert!(err.contains("not symmwin's"), "{err}");
+    }
+
+    #[test]
+    fn huge_peer_fields_give_a_small_error() {
+        let mut reqs: Vec<_> = (0..3).map(|r| request(r, 100)).collect();
+        reqs[2].host = "h".repeat(10 << 20);
+        let err = validate(&reqs).unwrap_err().to_string();
+        assert!(err.contains("ranks disagree on host"), "{err}");
+        assert!(err.len() < 1000, "{} bytes", err.len());
+        let many: Vec<_> = (0..5000)
+            .map(|r| {
+                let mut q = request(r, r);
+                q.world = 5000;
+                q
+            })
+            .collect();
+        let err = validate(&many).unwrap_err().to_string();
+        assert!(err.len() < 4000, "{} bytes", err.len());
     }
 
     #[test]

@@ -54,6 +54,17 @@ impl FileStore {
         self.len().map(|n| n == 0)
     }
 
+    /// The directory is checked again on every use: it may have been replaced or
+    /// opened up since the store was made.
+    fn checked(&self) -> Result<()> {
+        crate::private_dir::verify(
+            &self.dir,
+            "store directory",
+            "the tokens in it",
+            Phase::Publish,
+        )
+    }
+
     fn path(&self, key: &str) -> PathBuf {
         // Keys contain '/', so encode them into one flat, unambiguous file name.
         let mut name = String::with_capacity(1 + key.len() * 2);
@@ -84,10 +95,12 @@ impl FileStore {
 
 impl Store for FileStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.checked()?;
         self.write_atomically(&self.path(key), value)
     }
 
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.checked()?;
         match fs::read(self.path(key)) {
             Ok(v) => Ok(Some(v)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -96,6 +109,7 @@ impl Store for FileStore {
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.checked()?;
         let lock = fs::File::options()
             .create(true)
             .truncate(false)
@@ -148,6 +162,10 @@ mod tests {
         assert_eq!(store.try_get("k/1").unwrap(), None);
 
         fs::set_permissions(&fresh, fs::Permissions::from_mode(0o755)).unwrap();
+        // A store already open sees the change on its next use.
+        let err = store.try_get("k/1").unwrap_err().to_string();
+        assert!(err.contains("must be 0700"), "{err}");
+        assert!(store.set("k/2", b"v").is_err());
         let err = FileStore::new(&fresh).unwrap_err().to_string();
         assert!(
             err.contains("store directory") && err.contains("must be 0700"),

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 
+pub(crate) mod deadline;
 mod file;
 mod memory;
 
@@ -23,6 +24,13 @@ pub trait Store: Send + Sync {
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
     /// Remove `key`; removing a missing key is not an error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// Who serves the store, for error messages (e.g. "TCPStore at host:29500").
+    fn describe(&self) -> Option<String> {
+        None
+    }
+    /// The group that uses this store is gone: let go of the connection now, even
+    /// while windows made through it live on. Later calls may fail.
+    fn release(&self) {}
     /// Wait up to `timeout` for every key in `keys`: their values in order, `None` for
     /// a key still missing at the deadline. The default polls [`Store::try_get`]
     /// ([`poll_all`]); a store that can wait on several keys in one round trip (c10d's
@@ -34,7 +42,8 @@ pub trait Store: Send + Sync {
 
 /// Wait for every key in `keys` except `own.0`, whose value the caller already has
 /// (`own.1`), returning the values in order. On timeout the error lists the indices
-/// (ranks) whose keys never appeared.
+/// (ranks) whose keys never appeared. A store call that blocks is not interrupted
+/// here: see [`deadline`] for the bound that holds anyway.
 pub fn gather(
     store: &dyn Store,
     keys: &[String],
@@ -106,6 +115,28 @@ pub fn poll_all<S: Store + ?Sized>(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_micros(500));
     }
+}
+
+/// How long past its deadline a bounded gather may take to report its own timeout
+/// (which names the missing ranks) before the store counts as unreachable.
+const GATHER_GRACE: Duration = Duration::from_millis(50);
+
+/// [`gather`] that returns by `deadline` (plus a little) even if a store call blocks.
+pub(crate) fn gather_by(
+    store: &std::sync::Arc<dyn Store>,
+    keys: Vec<String>,
+    own: (usize, Vec<u8>),
+    deadline: Instant,
+) -> Result<Vec<Vec<u8>>> {
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let what = format!("reading {} request key(s) such as {}", keys.len(), keys[0]);
+    deadline::call(
+        store,
+        deadline + GATHER_GRACE,
+        Phase::Gather,
+        move || what,
+        move |s| gather(s, &keys, (own.0, &own.1), timeout),
+    )
 }
 
 /// Keys of one group: every key starts with `symmwin/<group>/`.

@@ -1,0 +1,126 @@
+"""Scenarios of test_hostile.py, run inside each rank by worker.py: what a careless
+user of torch.distributed does to symmetric memory (destroying and re-creating
+process groups, passing ordinary tensors, stopping the store's host)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+
+def _exchange(ctx, tag: float) -> float:
+    """Rendezvous a fresh tensor on the world group; what the next rank wrote."""
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    t.fill_(tag)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    hdl.barrier()
+    peer = (ctx.rank + 1) % dist.get_world_size()
+    value = float(hdl.get_buffer(peer, (64,), torch.float32)[0])
+    hdl.barrier(channel=1)
+    return value
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def reinit_on_the_same_port(ctx):
+    """Rendezvous, destroy the group (a tensor and handle still alive), then
+    re-initialise on the same port with the first `args["second_world"]` ranks."""
+    first = _exchange(ctx, 10 + ctx.rank)
+    kept = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    kept_hdl = symm_mem.rendezvous(kept, dist.group.WORLD)
+    dist.barrier()
+    dist.destroy_process_group()
+    # Rank 0 serves the store: once it has let go, the port is closed (other ranks
+    # may get here before rank 0 has destroyed its group, so only rank 0 looks).
+    closed = not _port_open(ctx.port) if ctx.rank == 0 else None
+    second_world = ctx.args["second_world"]
+    if ctx.rank >= second_world:
+        return {"first": first, "closed": closed, "second": None}
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{ctx.port}",
+        rank=ctx.rank,
+        world_size=second_world,
+        timeout=timedelta(seconds=20),
+    )
+    second = _exchange(ctx, 20 + ctx.rank)
+    del kept_hdl, kept
+    return {"first": first, "closed": closed, "second": second}
+
+
+def clean_job(ctx):
+    """A clean job: rendezvous, free everything, destroy the group (by worker.py)."""
+    value = _exchange(ctx, 1 + ctx.rank)
+    gc.collect()
+    return value
+
+
+def foreign_tensor_on_one_rank(ctx):
+    """Rank 1 passes an ordinary tensor; the next real rendezvous fails on every rank
+    naming it. A foreign tensor on every rank stays a plain None."""
+    if ctx.rank == 1:
+        assert symm_mem.rendezvous(torch.zeros(64), dist.group.WORLD) is None
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    try:
+        symm_mem.rendezvous(t, dist.group.WORLD)
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    everyone = symm_mem.rendezvous(torch.zeros(64), dist.group.WORLD)
+    return {"error": error, "everyone_none": everyone is None}
+
+
+def store_host_stopped(ctx):
+    """Rank 0 (which serves the TCPStore) stops itself; rank 1's rendezvous must
+    fail within the timeout saying the store is unreachable, then wake rank 0."""
+    first = _exchange(ctx, 1 + ctx.rank)
+    pids = [None] * ctx.world
+    dist.all_gather_object(pids, os.getpid())
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return {"first": first}
+    time.sleep(0.3)  # rank 0 is stopped by now
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    start = time.monotonic()
+    try:
+        symm_mem.rendezvous(t, dist.group.WORLD)
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    waited = time.monotonic() - start
+    os.kill(pids[0], signal.SIGCONT)
+    return {"first": first, "error": error, "waited": waited}
+
+
+def store_host_killed(ctx):
+    """Rank 0 (which serves the TCPStore) is killed; rank 1's rendezvous must say the
+    store's host died. The dead peer leaves the process group unusable, so it is left
+    to the interpreter's teardown (ctx.keep)."""
+    first = _exchange(ctx, 1 + ctx.rank)
+    dist.barrier()
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # rank 0 is gone by now
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    ctx.keep.append(t)
+    start = time.monotonic()
+    try:
+        symm_mem.rendezvous(t, dist.group.WORLD)
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    return {"first": first, "error": error, "waited": time.monotonic() - start}

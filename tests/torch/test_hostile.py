@@ -1,0 +1,57 @@
+"""Hostile use through torch, on CPU tensors (SYMMWIN_HOST): process groups destroyed
+and made again on the same port, socket files after a clean job, an ordinary tensor
+on one rank, a stopped store host. Each was a defect; each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from harness import run_world
+
+
+@pytest.mark.parametrize("second_world", [3, 2])
+def test_destroy_and_reinit_on_the_same_port(second_world):
+    results = run_world(3, "reinit_on_the_same_port", args={"second_world": second_world}, timeout=60)
+    assert results[0]["closed"], "the destroyed group's TCPStore port must be closed"
+    for rank, r in enumerate(results):
+        assert r["first"] == 10 + (rank + 1) % 3
+        if rank < second_world:
+            assert r["second"] == 20 + (rank + 1) % second_world
+
+
+def test_a_clean_job_leaves_no_socket_files():
+    with tempfile.TemporaryDirectory(prefix="symmwin-sockets-") as tmp:
+        sockets = os.path.join(tmp, "sock")
+        results = run_world(2, "clean_job", env={"SYMMWIN_SOCKET_DIR": sockets})
+        assert results == [2.0, 1.0]
+        assert os.listdir(sockets) == []
+
+
+def test_an_ordinary_tensor_on_one_rank_is_named_on_every_rank():
+    results = run_world(2, "foreign_tensor_on_one_rank")
+    for r in results:
+        assert r["error"] is not None, "the mix must be an error, not a mis-wired window"
+        assert "foreign_calls: 0 on rank(s) [0]; 1 on rank(s) [1]" in r["error"], r["error"]
+        assert r["everyone_none"]
+
+
+def test_a_stopped_store_host_is_named_within_the_timeout():
+    results = run_world(2, "store_host_stopped", env={"SYMMWIN_TIMEOUT_MS": "3000"}, timeout=60)
+    r = results[1]
+    assert r["error"] is not None
+    assert "store is unreachable" in r["error"], r["error"]
+    assert "TCPStore at 127.0.0.1:" in r["error"], r["error"]
+    assert r["waited"] < 3.5, r["waited"]
+
+
+def test_a_killed_store_host_is_named_as_dead():
+    results = run_world(2, "store_host_killed", env={"SYMMWIN_TIMEOUT_MS": "3000"}, killed=(0,), timeout=60)
+    r = results[1]
+    assert r["error"] is not None
+    assert "has died or exited" in r["error"], r["error"]
+    assert "TCPStore at 127.0.0.1:" in r["error"], r["error"]
+    assert r["waited"] < 3.5, r["waited"]
