@@ -22,6 +22,7 @@
 // `_SymmetricMemory` objects convert to the C++ handle.
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -177,6 +178,35 @@ int store_try_get(
   });
 }
 
+// A whole gather in two round trips whatever the world size: wait on every key,
+// then fetch them all. A timeout (c10d throws) answers 0, and the core looks the keys
+// up one by one to name the missing ranks; a broken store fails that lookup too.
+int store_wait_all(
+    void* ctx,
+    const char* const* keys,
+    size_t count,
+    uint64_t timeout_ms,
+    SymmwinSink sink,
+    void* sink_ctx) {
+  return guarded("wait_all", count ? keys[0] : "", [&] {
+    std::vector<std::string> names(keys, keys + count);
+    auto& store = store_of(ctx);
+    try {
+      store.wait(names, std::chrono::milliseconds(timeout_ms));
+    } catch (...) {
+      return 0;
+    }
+    auto values = store.multiGet(names);
+    if (values.size() != count) {
+      return -1;
+    }
+    for (auto& value : values) {
+      sink(sink_ctx, value.data(), value.size());
+    }
+    return 1;
+  });
+}
+
 int store_add(void* ctx, const char* key, int64_t delta, int64_t* out) {
   return guarded("add", key, [&] {
     *out = store_of(ctx).add(key, delta);
@@ -237,6 +267,7 @@ SymmwinStore make_store(
   s.add = store_add;
   s.remove = store_remove;
   s.release = store_release;
+  s.wait_all = store_wait_all;
   return s;
 }
 

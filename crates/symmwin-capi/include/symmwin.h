@@ -104,8 +104,11 @@ typedef void (*SymmwinSink)(void *sink, const uint8_t *value, size_t len);
 
 /**
  * Store callbacks. Each returns 0 on success and non-zero on failure, except
- * `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure.
- * The callbacks may be called from any thread; `release` is called once, last.
+ * `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure, and
+ * `wait_all`: 1 all found (each value passed to `sink`, in key order), 0 not all
+ * there by the timeout, negative on failure. `wait_all` may be NULL (the core then
+ * polls `try_get`). The callbacks may be called from any thread; `release` is called
+ * once, last.
  */
 typedef struct {
   /**
@@ -142,6 +145,16 @@ typedef struct {
    * registered again under its name with another identity is a new group.
    */
   uint64_t identity;
+  /**
+   * Wait up to `timeout_ms` for all `count` keys, then pass every value to `sink`:
+   * one store round trip for a whole gather (c10d's `wait` + `multiGet`).
+   */
+  int (*wait_all)(void *ctx,
+                  const char *const *keys,
+                  size_t count,
+                  uint64_t timeout_ms,
+                  SymmwinSink sink,
+                  void *sink_ctx);
 } SymmwinStore;
 
 /**

@@ -73,10 +73,18 @@ impl GroupShared {
     }
 }
 
+impl Drop for GroupShared {
+    /// Windows of this group parked in the window cache can never be released now.
+    fn drop(&mut self) {
+        crate::window_cache::forget_group(self);
+    }
+}
+
 pub(crate) struct GroupState {
     pub(crate) next_seq: u64,
     pub(crate) endpoint: Endpoint,
-    /// Our request keys of failed rendezvous. A slower peer may still need to read
+    /// Our request keys of failed rendezvous (and of the last one, when it took a
+    /// released window over without handles). A slower peer may still need to read
     /// them to reach the same verdict, so they go only after the next success.
     pub(crate) stale_keys: Vec<String>,
 }

@@ -3,12 +3,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::allocation::Allocation;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, Table};
 use crate::signal::pool::PadLease;
 use crate::signal::{SignalOptions, Stream};
+use crate::window_cache::WindowSpan;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]
@@ -20,10 +22,27 @@ struct WindowInner {
     // Field order is drop order: tables and pad go before the span they point into.
     tables: Mutex<Tables>,
     pad: Option<PadLease>,
-    span: Box<dyn Span>,
+    /// Always `Some` until drop, which may hand it back to `origin`.
+    span: Option<Box<dyn Span>>,
     layout: FlatLayout,
     size: usize,
     group: Arc<GroupShared>,
+    /// The allocation this window was made from and the rendezvous number that made
+    /// it: on drop the span goes back to the allocation, for the window cache.
+    origin: Option<(Allocation, u64)>,
+}
+
+impl Drop for WindowInner {
+    fn drop(&mut self) {
+        if let (Some((alloc, seq)), Some(span)) = (self.origin.take(), self.span.take()) {
+            alloc.window_gone(WindowSpan {
+                group: Arc::downgrade(&self.group),
+                seq,
+                span,
+                layout: self.layout,
+            });
+        }
+    }
 }
 
 #[derive(Default)]
@@ -51,15 +70,20 @@ impl Window {
         layout: FlatLayout,
         size: usize,
         pad: Option<PadLease>,
+        origin: Option<(Allocation, u64)>,
     ) -> Self {
+        if let Some((alloc, _)) = &origin {
+            alloc.window_made();
+        }
         Window {
             inner: Arc::new(WindowInner {
                 tables: Mutex::default(),
                 pad,
-                span,
+                span: Some(span),
                 layout,
                 size,
                 group,
+                origin,
             }),
         }
     }
@@ -278,9 +302,12 @@ impl Window {
         {
             return Err(Error::invalid("range overruns this rank's slot").at_rank(self.rank()));
         }
-        self.inner
+        let span = self
+            .inner
             .span
-            .zero(self.rank() * self.inner.layout.stride + offset, len)
+            .as_ref()
+            .ok_or_else(|| Error::invalid("window is being torn down").at_rank(self.rank()))?;
+        span.zero(self.rank() * self.inner.layout.stride + offset, len)
     }
 
     /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address.

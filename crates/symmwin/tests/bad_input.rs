@@ -191,9 +191,12 @@ fn table() -> String {
 
     let mut failed = Vec::new();
     for (i, (name, case, expect)) in CASES.iter().enumerate() {
+        // Freed windows wait in the window cache; flushed, nothing may be left.
+        symmwin::window_cache::flush();
         let (fds, maps) = (open_fds(), mappings());
         let maps_before = std::fs::read_to_string("/proc/self/maps").unwrap();
         let got = case(&ctx);
+        symmwin::window_cache::flush();
         let (fds1, maps1) = (open_fds(), mappings());
         if maps1 != maps {
             // Show what changed, to tell a leaked span or memfd from allocator noise.

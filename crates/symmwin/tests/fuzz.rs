@@ -160,6 +160,7 @@ fn sample_request(rank: usize) -> Request {
         host: "h".into(),
         socket: format!("/run/s/{rank}.sock").into(),
         token: "ab".repeat(16),
+        cache: Default::default(),
     }
 }
 

@@ -101,6 +101,19 @@ pub trait Span: Send + Sync + fmt::Debug {
     }
     /// Map all of `memory` at `base() + offset` with read/write access for this process.
     fn map(&mut self, offset: usize, memory: &dyn Memory) -> Result<()>;
+    /// Map each `(offset, memory)` pair as [`Span::map`] does. On failure, the index
+    /// of the pair that failed and the error; the pairs mapped by this call are
+    /// unmapped again where the provider can do so. The CUDA provider grants access
+    /// once per contiguous run of the new mappings instead of once per mapping.
+    fn map_all(
+        &mut self,
+        items: &[(usize, &dyn Memory)],
+    ) -> std::result::Result<(), (usize, crate::Error)> {
+        for (i, &(offset, memory)) in items.iter().enumerate() {
+            self.map(offset, memory).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Set `len` bytes at `base() + offset` (mapped) to zero, complete on return.
     fn zero(&self, offset: usize, len: usize) -> Result<()>;
 }

@@ -2,7 +2,9 @@
 //! import, and map every rank's memory into one flat span.
 
 mod claim;
+mod import;
 pub mod request;
+mod reuse;
 
 use std::time::Instant;
 
@@ -16,25 +18,36 @@ use crate::signal::pool::{self, PoolWindow};
 use crate::store;
 use crate::token::Token;
 use crate::window::Window;
+use crate::window_cache;
 use request::{Request, PROTOCOL_VERSION};
+use reuse::Own;
 
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
-    /// Exporting a shareable handle to our memory.
+    /// Getting the shareable handle to our memory: for an allocation, waiting for the
+    /// export started when it was made (zero when that has finished); for a pad pool,
+    /// the export itself.
     pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
     /// Waiting for and validating every request.
     pub gather_us: f64,
-    /// Reserving the span and mapping our own memory.
+    /// Reserving the span (and mapping and zeroing our own memory first where it must
+    /// be zeroed before any peer can map it: pad pools).
     pub reserve_us: f64,
-    /// Exporting, sending and receiving handles.
+    /// Sending our handle to every peer and receiving theirs.
     pub exchange_us: f64,
-    /// Importing and mapping peers' memory.
-    pub import_map_us: f64,
+    /// Importing peers' handles.
+    pub import_us: f64,
+    /// Mapping every slot not mapped yet and granting access (once per contiguous
+    /// run of slots).
+    pub map_us: f64,
     /// Pad pool work (slot choice; pool growth when needed).
     pub pads_us: f64,
+    /// Every rank took the same released window over whole: no export, exchange,
+    /// import or map.
+    pub reused: bool,
 }
 
 /// What a finished exchange produced.
@@ -42,6 +55,10 @@ struct Exchanged {
     span: Box<dyn Span>,
     layout: FlatLayout,
     requests: Vec<Request>,
+    /// The rendezvous number that made it.
+    seq: u64,
+    /// It is a released window taken over whole: no handles went between the ranks.
+    reused: bool,
 }
 
 /// Pad information a request carries.
@@ -107,7 +124,7 @@ impl Group {
         };
         let exchanged = self.exchange(
             &mut state,
-            alloc.memory(),
+            Own::Alloc(alloc),
             alloc.size(),
             &ask,
             false,
@@ -126,6 +143,7 @@ impl Group {
             exchanged.layout,
             alloc.size(),
             lease,
+            Some((alloc.clone(), exchanged.seq)),
         );
         Ok((window, times))
     }
@@ -153,7 +171,7 @@ impl Group {
                     free: Vec::new(),
                 };
                 let pool_window =
-                    self.exchange(state, memory.as_ref(), bytes, &ask, true, times)?;
+                    self.exchange(state, Own::Pool(memory.as_ref()), bytes, &ask, true, times)?;
                 shared.pads.grow(
                     pad_size,
                     PoolWindow {
@@ -182,7 +200,7 @@ impl Group {
     fn exchange(
         &self,
         state: &mut GroupState,
-        memory: &dyn Memory,
+        own: Own<'_>,
         size: usize,
         pads: &PadAsk,
         zero_own: bool,
@@ -192,6 +210,8 @@ impl Group {
         let seq = state.next_seq;
         state.next_seq += 1;
         let info = shared.provider.info();
+        let memory = own.memory();
+        let offer = own.offer(&self.shared);
         let own_key = shared.namespace.request(seq, shared.rank);
         let request = Request {
             version: PROTOCOL_VERSION,
@@ -215,6 +235,7 @@ impl Group {
             host: shared.host.clone(),
             socket: state.endpoint.path().to_path_buf(),
             token: state.endpoint.token().to_hex(),
+            cache: offer,
         };
         let mut clock = Instant::now();
         let mut lap = |slot: &mut f64| {
@@ -223,12 +244,22 @@ impl Group {
             clock = now;
         };
         // Export before publishing: a rank that cannot export must not make peers wait
-        // for a handle that will never come longer than the timeout.
-        let handle = memory.export()?;
+        // for a handle that will never come longer than the timeout. Memory that may
+        // take a released window over needs no handle unless that fails.
+        let mut handle = match request.cache.reuse {
+            Some(_) => None,
+            None => Some(own.export()?),
+        };
         lap(&mut times.export_us);
         let deadline = Instant::now() + shared.timeout;
-        claim::check_own_key(shared, seq, &own_key, deadline)?;
-        let (key, value) = (own_key.clone(), request.encode());
+        // A stale store and two processes given one rank both show at a group's first
+        // rendezvous (an earlier job's requests start at sequence 0; duplicates start
+        // together), so later ones skip the lookup: 1 set + 1 wait_all + 1 delete.
+        if seq == 0 {
+            claim::check_own_key(shared, seq, &own_key, deadline)?;
+        }
+        let encoded = request.encode();
+        let (key, value) = (own_key.clone(), encoded.clone());
         store::deadline::call(
             &shared.store,
             deadline,
@@ -246,7 +277,12 @@ impl Group {
             let keys: Vec<String> = (0..shared.world)
                 .map(|r| shared.namespace.request(seq, r))
                 .collect();
-            let values = store::gather_by(&shared.store, keys.clone(), deadline)?;
+            let values = store::gather_by(
+                &shared.store,
+                keys.clone(),
+                (shared.rank, encoded.clone()),
+                deadline,
+            )?;
             let requests = values
                 .iter()
                 .enumerate()
@@ -274,13 +310,31 @@ impl Group {
                 })
                 .collect::<Result<Vec<_>>>()?;
             lap(&mut times.gather_us);
+            window_cache::release(&self.shared, &reuse::freed_everywhere(&requests));
+            if let Some(window) = own.take_over(&requests) {
+                times.reused = true;
+                return Ok(Exchanged {
+                    span: window.span,
+                    layout: window.layout,
+                    requests,
+                    seq,
+                    reused: true,
+                });
+            }
+            let handle = match handle.take() {
+                Some(handle) => handle,
+                None => own.export()?,
+            };
 
             let stride = memory.len();
             let span_len = FlatLayout::span_len(stride, shared.world)?;
             let mut span = shared.provider.reserve(span_len)?;
             let layout = FlatLayout::new(span.base(), stride, shared.world)?;
-            span.map(shared.rank * stride, memory)?;
-            if zero_own && !info.zero_on_create {
+            // Memory that must be zeroed here is zeroed before any peer gets its handle;
+            // otherwise our slot is mapped with the peers', in one batch.
+            let own_mapped = zero_own && !info.zero_on_create;
+            if own_mapped {
+                span.map(shared.rank * stride, memory)?;
                 span.zero(shared.rank * stride, stride)?;
             }
             lap(&mut times.reserve_us);
@@ -297,48 +351,100 @@ impl Group {
             drop(handle);
             lap(&mut times.exchange_us);
 
-            for (peer, handle) in handles.into_iter().enumerate() {
-                let Some(handle) = handle else { continue };
-                let imported = shared
-                    .provider
-                    .import(handle, stride)
-                    .map_err(|e| e.with_peer(peer))?;
-                span.map(peer * stride, imported.as_ref())
-                    .map_err(|e| e.with_peer(peer))?;
-            }
-            lap(&mut times.import_map_us);
+            let imported = import::import_all(shared.provider.as_ref(), handles, stride)?;
+            lap(&mut times.import_us);
+            map_slots(
+                span.as_mut(),
+                &layout,
+                (shared.rank, memory, own_mapped),
+                &imported,
+            )?;
+            lap(&mut times.map_us);
             Ok(Exchanged {
                 span,
                 layout,
                 requests,
+                seq,
+                reused: false,
             })
         })();
-        // Every peer read our request before it sent us its handle, so after a success
-        // the key (and those of earlier failures, which every peer has moved past) can go.
-        if result.is_ok() {
-            state.stale_keys.push(own_key);
-            let keys: Vec<String> = state.stale_keys.drain(..).collect();
-            let rank = shared.rank;
-            let deleted = store::deadline::call(
-                &shared.store,
-                Instant::now() + shared.timeout,
-                Phase::Teardown,
-                || "deleting our request keys".into(),
-                move |s| {
-                    for key in &keys {
-                        if let Err(e) = s.delete(key) {
-                            tracing::warn!("symmwin rank {rank}: could not delete {key}: {e}");
-                        }
-                    }
-                    Ok(())
-                },
-            );
-            if let Err(e) = deleted {
-                tracing::warn!("symmwin rank {rank}: {e}");
-            }
-        } else {
-            state.stale_keys.push(own_key);
-        }
+        self.drop_keys(state, own_key, result.as_ref().ok().map(|e| e.reused));
         result.map_err(|e| claim::explain(shared, seq, e))
     }
+}
+
+impl Group {
+    /// Delete the request keys no peer needs any more, after rendezvous `outcome`
+    /// (`None`: failed; `Some(reused)`: succeeded, with or without handles).
+    fn drop_keys(&self, state: &mut GroupState, own_key: String, outcome: Option<bool>) {
+        let doomed: Vec<String> = match outcome {
+            // Every peer read our request before it sent us its handle, so after a
+            // success the key (and those of earlier failures, which every peer has
+            // moved past) can go.
+            Some(false) => {
+                state.stale_keys.push(own_key);
+                state.stale_keys.drain(..).collect()
+            }
+            // No handles went, so a peer may not have read our request yet; it has
+            // by the time it publishes its next one. Every peer published this
+            // rendezvous's, so the keys from before it go now, ours at the next.
+            Some(true) => {
+                let earlier = state.stale_keys.drain(..).collect();
+                state.stale_keys.push(own_key);
+                earlier
+            }
+            None => {
+                state.stale_keys.push(own_key);
+                Vec::new()
+            }
+        };
+        if doomed.is_empty() {
+            return;
+        }
+        let rank = self.shared.rank;
+        let deleted = store::deadline::call(
+            &self.shared.store,
+            Instant::now() + self.shared.timeout,
+            Phase::Teardown,
+            || "deleting our request keys".into(),
+            move |s| {
+                for key in &doomed {
+                    if let Err(e) = s.delete(key) {
+                        tracing::warn!("symmwin rank {rank}: could not delete {key}: {e}");
+                    }
+                }
+                Ok(())
+            },
+        );
+        if let Err(e) = deleted {
+            tracing::warn!("symmwin rank {rank}: {e}");
+        }
+    }
+}
+
+/// Map every slot of the span not mapped yet, in one batch: ours (unless `own.2` says
+/// it already is) and each imported peer's. Errors name the peer whose slot failed.
+fn map_slots(
+    span: &mut dyn Span,
+    layout: &FlatLayout,
+    own: (usize, &dyn Memory, bool),
+    imported: &[(usize, Box<dyn Memory>)],
+) -> Result<()> {
+    let (rank, memory, already_mapped) = own;
+    let mut slots: Vec<(usize, usize, &dyn Memory)> = Vec::with_capacity(imported.len() + 1);
+    if !already_mapped {
+        slots.push((rank, layout.slot(rank)? - layout.base, memory));
+    }
+    for (peer, memory) in imported {
+        slots.push((*peer, layout.slot(*peer)? - layout.base, memory.as_ref()));
+    }
+    let items: Vec<(usize, &dyn Memory)> = slots.iter().map(|&(_, o, m)| (o, m)).collect();
+    span.map_all(&items).map_err(|(i, e)| {
+        let owner = slots[i].0;
+        if owner == rank {
+            e
+        } else {
+            e.with_peer(owner)
+        }
+    })
 }

@@ -55,6 +55,18 @@ pub struct Request {
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
     pub token: String,
+    /// What this rank can reuse and has freed (see [`crate::window_cache`]).
+    #[serde(default)]
+    pub cache: WindowOffer,
+}
+
+/// A rank's word on freed windows of its group, carried by each request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WindowOffer {
+    /// The window (by rendezvous number) this rank's allocation can take over whole.
+    pub reuse: Option<u64>,
+    /// Windows (by rendezvous number) this rank has freed, oldest first.
+    pub freed: Vec<u64>,
 }
 
 impl std::fmt::Debug for Request {
@@ -80,6 +92,7 @@ impl std::fmt::Debug for Request {
             .field("host", &self.host)
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -215,6 +228,7 @@ mod tests {
             host: "h".into(),
             socket: "/tmp/x".into(),
             token: "00".repeat(16),
+            cache: Default::default(),
         }
     }
 
