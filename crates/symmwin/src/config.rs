@@ -6,6 +6,7 @@
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
 //! | `SYMMWIN_LOG` | `warn` | log filter (tracing `EnvFilter` syntax) |
+//! | `SYMMWIN_HOST_ID` | unset | ranks with different ids never map each other (see `docs/multi-node.md`) |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -46,6 +47,9 @@ pub struct Config {
     pub handle: HandlePreference,
     /// Directory holding the exchange sockets; created `0700` if missing.
     pub socket_dir: PathBuf,
+    /// Splits one machine into several hosts: ranks with different ids are never
+    /// mapped and reach each other through the process group (`None`: one id for all).
+    pub host_id: Option<String>,
 }
 
 /// Default wait for peers.
@@ -74,10 +78,14 @@ impl Config {
             Some(dir) if !dir.is_empty() => PathBuf::from(dir),
             _ => default_socket_dir(),
         };
+        let host_id = std::env::var("SYMMWIN_HOST_ID")
+            .ok()
+            .filter(|id| !id.trim().is_empty());
         Ok(Config {
             timeout,
             handle,
             socket_dir,
+            host_id,
         })
     }
 }
@@ -96,6 +104,7 @@ impl Default for Config {
             timeout: DEFAULT_TIMEOUT,
             handle: HandlePreference::Auto,
             socket_dir: default_socket_dir(),
+            host_id: None,
         }
     }
 }

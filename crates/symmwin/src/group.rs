@@ -1,13 +1,15 @@
 //! A group: the ranks that rendezvous together, their store and this rank's socket.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
 use crate::provider::Provider;
+use crate::rendezvous::locality::Locality;
 use crate::signal::pool::PadPools;
+use crate::signal::remote::RemotePeers;
 use crate::store::{Namespace, Store};
 
 /// Who is in a group and which one we are.
@@ -47,6 +49,9 @@ pub(crate) struct GroupShared {
     pub(crate) namespace: Namespace,
     pub(crate) timeout: Duration,
     pub(crate) host: String,
+    pub(crate) locality: Locality,
+    /// The process group's backend, for peers that are not mapped (set by adapters).
+    pub(crate) remote: RwLock<Option<Arc<dyn RemotePeers>>>,
     pub(crate) pads: Arc<PadPools>,
     /// Rendezvous of one group are collective and ordered, so they run one at a time.
     pub(crate) state: Mutex<GroupState>,
@@ -58,6 +63,12 @@ pub(crate) struct GroupState {
     /// Our request keys of failed rendezvous. A slower peer may still need to read
     /// them to reach the same verdict, so they go only after the next success.
     pub(crate) stale_keys: Vec<String>,
+}
+
+impl GroupShared {
+    pub(crate) fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
+        self.remote.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// A set of ranks that create windows together. Cheap to clone.
@@ -110,6 +121,12 @@ impl Group {
             .nodename()
             .to_string_lossy()
             .into_owned();
+        let locality = Locality::here(
+            config.host_id.as_deref(),
+            &config.socket_dir,
+            provider.fabric_domain(),
+        )
+        .map_err(|e| e.at_rank(spec.rank))?;
         Ok(Group {
             shared: Arc::new(GroupShared {
                 namespace: Namespace::new(&spec.name),
@@ -122,6 +139,8 @@ impl Group {
                 store,
                 timeout: config.timeout,
                 host,
+                locality,
+                remote: RwLock::new(None),
                 pads: Arc::default(),
                 state: Mutex::new(GroupState {
                     next_seq: 0,
@@ -155,6 +174,18 @@ impl Group {
     /// Global rank of every group rank.
     pub fn global_ranks(&self) -> &[i32] {
         &self.shared.global_ranks
+    }
+
+    /// Reach peers that windows of this group cannot map (other hosts) through
+    /// `remote`, the group's own process-group backend. Replaces an earlier one.
+    pub fn set_remote_peers(&self, remote: Arc<dyn RemotePeers>) {
+        let mut slot = self.shared.remote.write().unwrap_or_else(|p| p.into_inner());
+        *slot = Some(remote);
+    }
+
+    /// The process-group backend set by [`Group::set_remote_peers`], if any.
+    pub fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
+        self.shared.remote_peers()
     }
 
     /// Pad pool windows this rank holds (diagnostics: they never grow per window).

@@ -918,6 +918,7 @@ fn fake_send(c: &Ctx, make: fn(&dyn Provider) -> Forged) -> String {
                 seq: 0,
                 rank: 1,
                 peers: &peers,
+                targets: &[0],
                 size,
             };
             // Rank 0 fails after receiving; our own wait may time out. Either way is fine.
@@ -1006,6 +1007,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
                 seq: 0,
                 rank: 1,
                 peers: &peers,
+                targets: &[0],
                 size: 4096,
             };
             endpoint

@@ -157,6 +157,14 @@ fn sample_request(rank: usize) -> Request {
         pid: 10 + rank as u32,
         uid: 1000,
         host: "h".into(),
+        locality: symmwin::rendezvous::locality::Locality {
+            host_id: String::new(),
+            boot_id: "b".into(),
+            uid: 1000,
+            socket_dir: symmwin::rendezvous::locality::DirIdentity { dev: 1, ino: 2 },
+            fabric_domain: None,
+        },
+        fabric_handle: None,
         socket: format!("/run/s/{rank}.sock").into(),
         token: "ab".repeat(16),
     }
@@ -486,6 +494,7 @@ fn junk_rendezvous(
                 seq: 0,
                 rank: 1,
                 peers: &peers,
+                targets: &[0],
                 size: 4096,
             };
             endpoint

@@ -1,6 +1,7 @@
 //! Rendezvous: publish a request, check that every rank agrees, exchange handles,
 //! import, and map every rank's memory into one flat span.
 
+pub mod locality;
 pub mod request;
 
 use std::time::Instant;
@@ -10,11 +11,12 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::{PeerAddress, Round};
 use crate::group::{Group, GroupState};
 use crate::layout::FlatLayout;
-use crate::provider::{Memory, Span};
+use crate::provider::{HandleType, Memory, SharedHandle, Span};
 use crate::signal::pool::{self, PoolWindow};
 use crate::store;
 use crate::token::Token;
 use crate::window::Window;
+use locality::Reach;
 use request::{Request, PROTOCOL_VERSION};
 
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
@@ -41,6 +43,8 @@ struct Exchanged {
     span: Box<dyn Span>,
     layout: FlatLayout,
     requests: Vec<Request>,
+    /// Which ranks' memory is mapped in `span` (the others' slots stay unmapped).
+    mapped: Vec<bool>,
 }
 
 /// Pad information a request carries.
@@ -126,6 +130,7 @@ impl Group {
             exchanged.layout,
             alloc.size(),
             lease,
+            exchanged.mapped,
         );
         Ok((window, times))
     }
@@ -193,6 +198,16 @@ impl Group {
         state.next_seq += 1;
         let info = shared.provider.info();
         let own_key = shared.namespace.request(seq, shared.rank);
+        let mut clock = Instant::now();
+        let mut lap = |slot: &mut f64| {
+            let now = Instant::now();
+            *slot += (now - clock).as_secs_f64() * 1e6;
+            clock = now;
+        };
+        // Export before publishing: a rank that cannot export must not make peers wait
+        // for a handle that will never come longer than the timeout.
+        let handle = memory.export()?;
+        lap(&mut times.export_us);
         let request = Request {
             version: PROTOCOL_VERSION,
             group: shared.name.clone(),
@@ -210,19 +225,11 @@ impl Group {
             pid: std::process::id(),
             uid: rustix::process::getuid().as_raw(),
             host: shared.host.clone(),
+            locality: shared.locality.clone(),
+            fabric_handle: store_handle(&handle, &shared.locality),
             socket: state.endpoint.path().to_path_buf(),
             token: state.endpoint.token().to_hex(),
         };
-        let mut clock = Instant::now();
-        let mut lap = |slot: &mut f64| {
-            let now = Instant::now();
-            *slot += (now - clock).as_secs_f64() * 1e6;
-            clock = now;
-        };
-        // Export before publishing: a rank that cannot export must not make peers wait
-        // for a handle that will never come longer than the timeout.
-        let handle = memory.export()?;
-        lap(&mut times.export_us);
         shared
             .store
             .set(&own_key, &request.encode())
@@ -243,6 +250,9 @@ impl Group {
                 .map(|(r, v)| Request::decode(&keys[r], r, v))
                 .collect::<Result<Vec<_>>>()?;
             request::validate(&requests)?;
+            // Every rank has published this request, so it is done with earlier ones.
+            delete_keys(shared, std::mem::take(&mut state.stale_keys));
+            let reach = reach(&requests, shared.rank, info.handle_type)?;
             let peers = requests
                 .iter()
                 .map(|r| {
@@ -267,6 +277,8 @@ impl Group {
 
             let stride = memory.len();
             let span_len = FlatLayout::span_len(stride, shared.world)?;
+            // The whole span is reserved (the layout stays base + r * stride), but only
+            // the slots of mapped ranks are mapped; the others cost no memory.
             let mut span = shared.provider.reserve(span_len)?;
             let layout = FlatLayout::new(span.base(), stride, shared.world)?;
             span.map(shared.rank * stride, memory)?;
@@ -275,16 +287,25 @@ impl Group {
             }
             lap(&mut times.reserve_us);
 
+            let targets: Vec<usize> = (0..shared.world)
+                .filter(|&r| reach[r] == Reach::Socket)
+                .collect();
             let round = Round {
                 group: shared.id,
                 seq,
                 rank: shared.rank,
                 peers: &peers,
+                targets: &targets,
                 size: stride as u64,
             };
-            let handles = state.endpoint.all_gather(&round, &handle, shared.timeout)?;
+            let mut handles = state.endpoint.all_gather(&round, &handle, shared.timeout)?;
             // Closing an exported CUDA fd is not free; count it here, not nowhere.
             drop(handle);
+            for (peer, slot) in handles.iter_mut().enumerate() {
+                if reach[peer] == Reach::Store {
+                    *slot = Some(handle_from_store(&requests[peer], &keys[peer])?);
+                }
+            }
             lap(&mut times.exchange_us);
 
             for (peer, handle) in handles.into_iter().enumerate() {
@@ -301,20 +322,76 @@ impl Group {
                 span,
                 layout,
                 requests,
+                mapped: reach.iter().map(|r| r.is_mapped()).collect(),
             })
         })();
         // Every peer read our request before it sent us its handle, so after a success
         // the key (and those of earlier failures, which every peer has moved past) can go.
-        if result.is_ok() {
-            state.stale_keys.push(own_key);
-            for key in state.stale_keys.drain(..) {
-                if let Err(e) = shared.store.delete(&key) {
-                    tracing::warn!("symmwin rank {}: could not delete {key}: {e}", shared.rank);
-                }
-            }
-        } else {
-            state.stale_keys.push(own_key);
+        // A peer on another host sends no handle and may still be reading it; it has
+        // read it once it publishes its next request, so then the key goes (above).
+        state.stale_keys.push(own_key);
+        if result.as_ref().is_ok_and(|e| e.mapped.iter().all(|&m| m)) {
+            delete_keys(shared, std::mem::take(&mut state.stale_keys));
         }
         result
     }
+}
+
+fn delete_keys(shared: &crate::group::GroupShared, keys: Vec<String>) {
+    for key in keys {
+        if let Err(e) = shared.store.delete(&key) {
+            tracing::warn!("symmwin rank {}: could not delete {key}: {e}", shared.rank);
+        }
+    }
+}
+
+/// How every rank's memory reaches us: the published partition, confirmed by probing
+/// the socket of every peer it says we share a kernel and socket directory with.
+fn reach(requests: &[Request], me: usize, handle_type: HandleType) -> Result<Vec<Reach>> {
+    let localities: Vec<&locality::Locality> = requests.iter().map(|r| &r.locality).collect();
+    let reach = locality::decide(&localities, me, handle_type);
+    for (peer, how) in reach.iter().enumerate() {
+        if *how == Reach::Socket {
+            locality::probe_socket(peer, &requests[peer].socket, requests[peer].locality.socket_dir)?;
+        }
+    }
+    Ok(reach)
+}
+
+/// The fabric handle to publish: only fabric handles of a device in a fabric domain,
+/// for peers of that domain on other hosts (an fd means nothing off this kernel).
+fn store_handle(handle: &SharedHandle, here: &locality::Locality) -> Option<String> {
+    match handle {
+        SharedHandle::Fabric(bytes) if here.fabric_domain.is_some() => {
+            Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        }
+        _ => None,
+    }
+}
+
+/// A peer's fabric handle from its request.
+fn handle_from_store(request: &Request, key: &str) -> Result<SharedHandle> {
+    let corrupt = |detail: &str| {
+        Error::new(
+            Phase::Gather,
+            ErrorKind::Corrupt {
+                key: key.to_owned(),
+                detail: detail.to_owned(),
+            },
+        )
+        .with_peer(request.rank)
+    };
+    let hex = request
+        .fabric_handle
+        .as_deref()
+        .ok_or_else(|| corrupt("a peer of our fabric domain published no fabric handle"))?;
+    if hex.len() != 128 || !hex.is_ascii() {
+        return Err(corrupt("fabric handle is not 128 hex digits"));
+    }
+    let mut bytes = [0u8; 64];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| corrupt("fabric handle is not 128 hex digits"))?;
+    }
+    Ok(SharedHandle::Fabric(bytes))
 }

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{HandleType, ProviderKind};
 
+use super::locality::Locality;
+
 /// Bumped whenever the request format or protocol changes.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -45,8 +47,12 @@ pub struct Request {
     pub pid: u32,
     /// Its uid.
     pub uid: u32,
-    /// Its host name: symmetric memory does not cross machines.
+    /// Its host name (for messages only: locality decides who maps whom).
     pub host: String,
+    /// Where it runs: which peers can map its memory.
+    pub locality: Locality,
+    /// Its fabric handle (hex), for peers of its fabric domain on other hosts.
+    pub fabric_handle: Option<String>,
     /// Its exchange socket.
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
@@ -73,6 +79,8 @@ impl std::fmt::Debug for Request {
             .field("pid", &self.pid)
             .field("uid", &self.uid)
             .field("host", &self.host)
+            .field("locality", &self.locality)
+            .field("fabric_handle", &self.fabric_handle.as_ref().map(|_| "<redacted>"))
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
             .finish()
@@ -151,8 +159,6 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "alloc_size", |r| r.alloc_size)?;
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
-    agree(requests, "host", |r| r.host.clone())?;
-    agree(requests, "uid", |r| r.uid)?;
     if requests.len() != requests[0].world {
         return Err(Error::new(
             Phase::Gather,
@@ -191,6 +197,14 @@ mod tests {
             pid: 1,
             uid: 0,
             host: "h".into(),
+            locality: Locality {
+                host_id: String::new(),
+                boot_id: "b".into(),
+                uid: 0,
+                socket_dir: super::super::locality::DirIdentity { dev: 1, ino: 2 },
+                fabric_domain: None,
+            },
+            fabric_handle: None,
             socket: "/tmp/x".into(),
             token: "00".repeat(16),
         }

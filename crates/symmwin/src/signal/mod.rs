@@ -2,6 +2,7 @@
 //! themselves belong to each provider ([`crate::provider::Signals`]).
 
 pub(crate) mod pool;
+pub mod remote;
 
 /// torch's default pad size: 32 channels x 72 ranks x 4 bytes.
 pub const DEFAULT_PAD_SIZE: usize = 32 * 72 * 4;
