@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)] // Each function's safety contract is its doc comment.
 
+mod remote;
 mod store;
 
 use std::cell::RefCell;
@@ -20,6 +21,10 @@ use std::time::Duration;
 use symmwin::provider::cuda::CudaProvider;
 use symmwin::{Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, Window};
 
+pub use remote::{
+    SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV,
+    SYMMWIN_SEND,
+};
 pub use store::SymmwinStore;
 
 /// Result of every call.

@@ -281,6 +281,7 @@ impl Window {
             mapped: &self.inner.mapped,
             remote: remote.as_deref(),
             group: &self.inner.group.name,
+            stream_ordered: self.provider_info().kind == crate::provider::ProviderKind::Cuda,
         };
         op(&scope, self.timeout(timeout)).map_err(|e| e.at_rank(self.rank()))
     }

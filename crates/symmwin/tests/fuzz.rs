@@ -293,7 +293,6 @@ fn fuzz_validate_agrees_exactly_when_requests_agree() {
                 "pad_pools",
                 reqs.iter().any(|r| r.pad_pools != first.pad_pools),
             ),
-            ("host", reqs.iter().any(|r| r.host != first.host)),
         ]
         .into_iter()
         .filter_map(|(f, d)| d.then_some(f))

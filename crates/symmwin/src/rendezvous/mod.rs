@@ -252,7 +252,6 @@ impl Group {
             request::validate(&requests)?;
             // Every rank has published this request, so it is done with earlier ones.
             delete_keys(shared, std::mem::take(&mut state.stale_keys));
-            let reach = reach(&requests, shared.rank, info.handle_type)?;
             let peers = requests
                 .iter()
                 .map(|r| {
@@ -287,6 +286,7 @@ impl Group {
             }
             lap(&mut times.reserve_us);
 
+            let reach = reach(&requests, shared.rank, info.handle_type)?;
             let targets: Vec<usize> = (0..shared.world)
                 .filter(|&r| reach[r] == Reach::Socket)
                 .collect();

@@ -128,6 +128,8 @@ pub(crate) struct SignalScope<'a> {
     pub(crate) mapped: &'a [bool],
     pub(crate) remote: Option<&'a dyn RemotePeers>,
     pub(crate) group: &'a str,
+    /// Device memory: signal work is ordered on a stream, not done on return.
+    pub(crate) stream_ordered: bool,
 }
 
 impl SignalScope<'_> {
@@ -145,7 +147,13 @@ impl SignalScope<'_> {
         })
     }
 
-    /// Barrier: pads with the mapped peers, then one flag each way with the others.
+    /// Barrier: pads with the mapped peers, one flag each way with the others.
+    ///
+    /// On host memory the flags to unmapped peers are posted before the pad barrier
+    /// and received after it, so a peer stuck on its own pads (waiting for a dead
+    /// neighbour) has still sent us its flag, and the rank named on failure is the one
+    /// whose connection died. On device memory the sends and receives go in one batch
+    /// after the pad barrier (NCCL needs the two directions of a pair grouped).
     pub(crate) fn barrier(
         &self,
         channel: usize,
@@ -155,36 +163,46 @@ impl SignalScope<'_> {
         let deadline = Instant::now() + timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
         let me = self.pads.rank;
-        let local: Vec<usize> = (0..self.mapped.len())
-            .filter(|&p| p != me && self.mapped[p])
-            .collect();
-        for &peer in &local {
-            self.signals.put(self.pads, peer, channel, left(), stream)?;
-        }
-        for &peer in &local {
-            self.signals.wait(self.pads, peer, channel, left(), stream)?;
-        }
         let remote: Vec<usize> = (0..self.mapped.len())
             .filter(|&p| !self.mapped[p])
             .collect();
-        let Some(&first) = remote.first() else {
-            return Ok(());
+        let backend = match remote.first() {
+            Some(&first) => Some(self.remote_for(first)?),
+            None => None,
         };
-        let backend = self.remote_for(first)?;
         let tag = tag(channel, false)?;
-        let flags: Vec<Flag> = [Direction::Send, Direction::Recv]
-            .into_iter()
-            .flat_map(|direction| {
-                remote.iter().map(move |&peer| Flag {
+        let flags = |direction| -> Vec<Flag> {
+            remote
+                .iter()
+                .map(|&peer| Flag {
                     peer,
                     direction,
                     tag,
                 })
-            })
-            .collect();
-        backend
-            .flags(&flags, left(), stream)
-            .map_err(|f| failure(f, timeout))
+                .collect()
+        };
+        let post = |flags: Vec<Flag>| match backend {
+            Some(b) if !flags.is_empty() => b
+                .flags(&flags, left(), stream)
+                .map_err(|f| failure(f, timeout)),
+            _ => Ok(()),
+        };
+        if !self.stream_ordered {
+            post(flags(Direction::Send))?;
+        }
+        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
+            self.signals.put(self.pads, peer, channel, left(), stream)?;
+        }
+        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
+            self.signals.wait(self.pads, peer, channel, left(), stream)?;
+        }
+        if self.stream_ordered {
+            let mut both = flags(Direction::Send);
+            both.extend(flags(Direction::Recv));
+            post(both)
+        } else {
+            post(flags(Direction::Recv))
+        }
     }
 
     /// One flag to or from an unmapped `peer`.
