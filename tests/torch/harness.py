@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import hosts as hosts_mod
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORKER = HERE / "worker.py"
@@ -51,15 +53,24 @@ def run_world(
     args: dict | None = None,
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
+    hosts: list[str] | None = None,
+    namespaces: bool = False,
+    may_die: tuple[int, ...] = (),
 ) -> list:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
 
     `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
-    rank). Raises WorldFailed with every rank's error and output if any rank raised,
-    exited non-zero or ran past `timeout`.
+    rank). `scenario` may name another module of this directory ("module.function").
+    `hosts[r]` puts rank r on a "host": by SYMMWIN_HOST_ID, or with `namespaces` by
+    starting the ranks of each host in their own mount and UTS namespaces with a
+    private tmpfs on the socket directory (see hosts.py). Ranks in `may_die` may end
+    without a result (their value is None). Raises WorldFailed with every rank's error
+    and output if any other rank raised, exited non-zero or ran past `timeout`.
     """
     port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp, hosts_mod.Hosts(
+        Path(tmp), hosts if namespaces else None
+    ) as machines:
         tmp = Path(tmp)
         procs, logs = [], []
         for rank in range(world):
@@ -76,7 +87,13 @@ def run_world(
                 str(tmp / f"{rank}.json"),
                 json.dumps(args or {}),
             ]
-            procs.append(subprocess.Popen(cmd, env=worker_env(env), stdout=log, stderr=subprocess.STDOUT))
+            rank_env = dict(env or {})
+            if hosts and not namespaces:
+                rank_env["SYMMWIN_HOST_ID"] = hosts[rank]
+            if namespaces:
+                cmd = machines.enter(hosts[rank]) + cmd
+                rank_env["SYMMWIN_SOCKET_DIR"] = str(machines.socket_dir)
+            procs.append(subprocess.Popen(cmd, env=worker_env(rank_env), stdout=log, stderr=subprocess.STDOUT))
 
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -103,6 +120,8 @@ def run_world(
                 values.append(result["value"])
             else:
                 values.append(None)
+            if rank in may_die and result is None:
+                continue
             if result is None or not result["ok"] or p.returncode != 0:
                 what = result["error"] if result and not result["ok"] else "no result"
                 problems.append(f"--- rank {rank}: exit {p.returncode}\n{what}\n--- output:\n{output[-4000:]}")

@@ -1,6 +1,7 @@
 """One rank of a harness.run_world job: set up torch.distributed and the backend, run
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
+import importlib
 import json
 import sys
 import traceback
@@ -49,7 +50,7 @@ def main() -> int:
     else:
         backend = symmwin.HOST_BACKEND
     dist.init_process_group(
-        "gloo",
+        args.get("pg_backend", "gloo"),
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
@@ -60,8 +61,10 @@ def main() -> int:
         symm_mem.set_backend(backend)
 
     ctx = Ctx(rank, world, device, args)
+    module_name, _, function = scenario.rpartition(".")
+    module = importlib.import_module(module_name) if module_name else scenarios
     try:
-        result = {"ok": True, "value": getattr(scenarios, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, function)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:

@@ -22,8 +22,7 @@ use symmwin::provider::cuda::CudaProvider;
 use symmwin::{Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, Window};
 
 pub use remote::{
-    SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV,
-    SYMMWIN_SEND,
+    SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV, SYMMWIN_SEND,
 };
 pub use store::SymmwinStore;
 

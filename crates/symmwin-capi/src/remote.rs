@@ -161,7 +161,9 @@ fn call<T>(
         timed_out: 0,
         message: [0; 512],
     };
-    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+    let timeout_ms = u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
     // SAFETY: the SymmwinRemote contract; `ops` and `error` outlive the call.
     let rc = unsafe {
         f(
@@ -221,7 +223,14 @@ impl RemotePeers for CallbackRemote {
                 })
             })
             .collect::<Result<Vec<_>, RemoteFailure>>()?;
-        call(self.0.ctx, self.0.transfer, "transfer", &ops, timeout, stream)
+        call(
+            self.0.ctx,
+            self.0.transfer,
+            "transfer",
+            &ops,
+            timeout,
+            stream,
+        )
     }
 }
 
@@ -257,7 +266,9 @@ pub unsafe extern "C" fn symmwin_window_mapped(
         let h = crate::window_arg(w)?;
         let world = h.window.world();
         if out.is_null() || len < world {
-            return Err(symmwin::Error::invalid(format!("need room for {world} ranks")));
+            return Err(symmwin::Error::invalid(format!(
+                "need room for {world} ranks"
+            )));
         }
         // SAFETY: `out` has room for `len >= world` bytes (checked above).
         let out = unsafe { std::slice::from_raw_parts_mut(out, world) };

@@ -67,7 +67,10 @@ pub(crate) struct GroupState {
 
 impl GroupShared {
     pub(crate) fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
-        self.remote.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -179,7 +182,11 @@ impl Group {
     /// Reach peers that windows of this group cannot map (other hosts) through
     /// `remote`, the group's own process-group backend. Replaces an earlier one.
     pub fn set_remote_peers(&self, remote: Arc<dyn RemotePeers>) {
-        let mut slot = self.shared.remote.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self
+            .shared
+            .remote
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         *slot = Some(remote);
     }
 

@@ -8,12 +8,17 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use symmwin::signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
-use symmwin::{Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider};
+use symmwin::{
+    Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider,
+};
 
-/// Messages in flight between ranks, keyed by (from, to, tag).
+/// Queued messages by (from, to, tag).
+type Queues = HashMap<(usize, usize, u32), Vec<Vec<u8>>>;
+
+/// Messages in flight between ranks.
 #[derive(Default)]
 struct Mailbox {
-    queues: Mutex<HashMap<(usize, usize, u32), Vec<Vec<u8>>>>,
+    queues: Mutex<Queues>,
     arrived: Condvar,
 }
 
@@ -56,7 +61,12 @@ impl MailboxPeers {
 }
 
 impl RemotePeers for MailboxPeers {
-    fn flags(&self, flags: &[Flag], timeout: Duration, _stream: usize) -> Result<(), RemoteFailure> {
+    fn flags(
+        &self,
+        flags: &[Flag],
+        timeout: Duration,
+        _stream: usize,
+    ) -> Result<(), RemoteFailure> {
         self.calls.lock().unwrap().push(flags.to_vec());
         for f in flags.iter().filter(|f| f.direction == Direction::Send) {
             self.send(f.peer, f.tag, vec![0]);
@@ -67,7 +77,12 @@ impl RemotePeers for MailboxPeers {
         Ok(())
     }
 
-    fn transfer(&self, transfers: &[Transfer], timeout: Duration, _stream: usize) -> Result<(), RemoteFailure> {
+    fn transfer(
+        &self,
+        transfers: &[Transfer],
+        timeout: Duration,
+        _stream: usize,
+    ) -> Result<(), RemoteFailure> {
         for t in transfers.iter().filter(|t| t.direction == Direction::Send) {
             // SAFETY: the caller keeps `len` readable bytes at `ptr` for the call.
             let bytes = unsafe { std::slice::from_raw_parts(t.ptr as *const u8, t.len) };
@@ -76,7 +91,13 @@ impl RemotePeers for MailboxPeers {
         for t in transfers.iter().filter(|t| t.direction == Direction::Recv) {
             let bytes = self.recv(t.peer, t.tag, timeout)?;
             // SAFETY: the caller keeps `len` writable bytes at `ptr` for the call.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.ptr as *mut u8, t.len.min(bytes.len())) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    t.ptr as *mut u8,
+                    t.len.min(bytes.len()),
+                )
+            };
         }
         Ok(())
     }
@@ -85,7 +106,8 @@ impl RemotePeers for MailboxPeers {
 fn config(host: &str, tag: &str) -> Config {
     Config {
         timeout: Duration::from_millis(2000),
-        socket_dir: std::env::temp_dir().join(format!("symmwin-hosts-{tag}-{}", std::process::id())),
+        socket_dir: std::env::temp_dir()
+            .join(format!("symmwin-hosts-{tag}-{}", std::process::id())),
         host_id: Some(host.to_owned()),
         ..Config::default()
     }
@@ -108,7 +130,9 @@ fn spanning<T: Send>(
                 let config = config(hosts[rank], tag);
                 s.spawn(move || {
                     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-                    let group = Group::new(GroupSpec::new(tag, rank, world), store, provider, &config).unwrap();
+                    let group =
+                        Group::new(GroupSpec::new(tag, rank, world), store, provider, &config)
+                            .unwrap();
                     if let Some(mailbox) = remote {
                         group.set_remote_peers(Arc::new(MailboxPeers {
                             rank,
@@ -154,7 +178,11 @@ fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
         assert_eq!(mapped, local, "rank {rank}");
         assert!(!all);
         for r in 0..4 {
-            let want = if local.contains(&r) { layout.base + r * layout.stride } else { 0 };
+            let want = if local.contains(&r) {
+                layout.base + r * layout.stride
+            } else {
+                0
+            };
             assert_eq!(ptrs[r], want, "rank {rank} ptr {r}");
             assert_eq!(pads[r] == 0, !local.contains(&r), "rank {rank} pad {r}");
         }

@@ -41,8 +41,8 @@ pub struct DirIdentity {
 impl DirIdentity {
     /// Identity of `dir` as this process sees it.
     pub fn of(dir: &Path) -> Result<Self> {
-        let meta =
-            std::fs::metadata(dir).map_err(|e| Error::os(Phase::Exchange, "stat(socket dir)", e))?;
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| Error::os(Phase::Exchange, "stat(socket dir)", e))?;
         Ok(DirIdentity {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -182,7 +182,8 @@ pub fn probe_socket(peer: usize, socket: &Path, published: DirIdentity) -> Resul
     let dir = socket
         .parent()
         .ok_or_else(|| refuse("has no directory".into()))?;
-    let seen = DirIdentity::of(dir).map_err(|e| refuse(format!("has an unreadable directory ({e})")))?;
+    let seen =
+        DirIdentity::of(dir).map_err(|e| refuse(format!("has an unreadable directory ({e})")))?;
     if seen != published {
         return Err(refuse(format!(
             "lies in another directory here (device {} inode {}, published device {} inode {})",
@@ -283,7 +284,12 @@ mod tests {
             at("", "node0", (1, 1), d),
             at("", "node0", (1, 1), d),
             at("", "node1", (9, 9), d),
-            at("", "node2", (9, 9), Some(("00112233445566778899aabbccddeeff", 8))),
+            at(
+                "",
+                "node2",
+                (9, 9),
+                Some(("00112233445566778899aabbccddeeff", 8)),
+            ),
             at("", "node3", (9, 9), None),
         ];
         let fabric = mapped(&l, HandleType::Fabric);
@@ -322,7 +328,10 @@ mod tests {
         let id = DirIdentity::of(&dir).unwrap();
         probe_socket(3, &path, id).unwrap();
 
-        let other = DirIdentity { dev: id.dev, ino: id.ino + 1 };
+        let other = DirIdentity {
+            dev: id.dev,
+            ino: id.ino + 1,
+        };
         let err = probe_socket(3, &path, other).unwrap_err();
         assert_eq!(err.peer, Some(3));
         assert!(err.to_string().contains("another directory"), "{err}");

@@ -352,7 +352,11 @@ fn reach(requests: &[Request], me: usize, handle_type: HandleType) -> Result<Vec
     let reach = locality::decide(&localities, me, handle_type);
     for (peer, how) in reach.iter().enumerate() {
         if *how == Reach::Socket {
-            locality::probe_socket(peer, &requests[peer].socket, requests[peer].locality.socket_dir)?;
+            locality::probe_socket(
+                peer,
+                &requests[peer].socket,
+                requests[peer].locality.socket_dir,
+            )?;
         }
     }
     Ok(reach)

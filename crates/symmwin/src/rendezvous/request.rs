@@ -80,7 +80,10 @@ impl std::fmt::Debug for Request {
             .field("uid", &self.uid)
             .field("host", &self.host)
             .field("locality", &self.locality)
-            .field("fabric_handle", &self.fabric_handle.as_ref().map(|_| "<redacted>"))
+            .field(
+                "fabric_handle",
+                &self.fabric_handle.as_ref().map(|_| "<redacted>"),
+            )
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
             .finish()

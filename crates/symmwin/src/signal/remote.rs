@@ -162,7 +162,6 @@ impl SignalScope<'_> {
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
-        let me = self.pads.rank;
         let remote: Vec<usize> = (0..self.mapped.len())
             .filter(|&p| !self.mapped[p])
             .collect();
@@ -187,22 +186,37 @@ impl SignalScope<'_> {
                 .map_err(|f| failure(f, timeout)),
             _ => Ok(()),
         };
-        if !self.stream_ordered {
-            post(flags(Direction::Send))?;
+        if self.stream_ordered {
+            self.local_barrier(channel, &left, stream)?;
+            let mut both = flags(Direction::Send);
+            both.extend(flags(Direction::Recv));
+            return post(both);
         }
+        // A failed send (a dead peer) is reported only after this rank took its part
+        // in the pad barrier: leaving early would make the local peers time out naming
+        // us instead of the dead rank.
+        let sent = post(flags(Direction::Send));
+        let local = self.local_barrier(channel, &left, stream);
+        let received = post(flags(Direction::Recv));
+        sent.and(local).and(received)
+    }
+
+    /// Signal and wait for every mapped peer through the pads.
+    fn local_barrier(
+        &self,
+        channel: usize,
+        left: &dyn Fn() -> Duration,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let me = self.pads.rank;
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
             self.signals.put(self.pads, peer, channel, left(), stream)?;
         }
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals.wait(self.pads, peer, channel, left(), stream)?;
+            self.signals
+                .wait(self.pads, peer, channel, left(), stream)?;
         }
-        if self.stream_ordered {
-            let mut both = flags(Direction::Send);
-            both.extend(flags(Direction::Recv));
-            post(both)
-        } else {
-            post(flags(Direction::Recv))
-        }
+        Ok(())
     }
 
     /// One flag to or from an unmapped `peer`.
