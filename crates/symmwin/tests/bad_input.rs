@@ -494,6 +494,17 @@ const CASES: &[Case] = &[
         &["ranks disagree on version: 2 on rank(s) [0]; 99 on rank(s) [1]"],
     ),
     (
+        "request whose locality is not one",
+        |c| {
+            fake_request(c, |r, _| {
+                let mut value: serde_json::Value = serde_json::from_slice(&r.encode()).unwrap();
+                value["locality"] = "elsewhere".into();
+                serde_json::to_vec(&value).unwrap()
+            })
+        },
+        &["[gather] peer 1", "not a request", "Locality"],
+    ),
+    (
         "asymmetric sizes (two real ranks)",
         asymmetric,
         &[
