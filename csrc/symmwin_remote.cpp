@@ -3,7 +3,7 @@
 // map. No exception may unwind into Rust: every callback catches and reports.
 //
 // Host memory (gloo): sends complete when the peer receives, so a send is handed to a
-// completer thread that waits for it and keeps the first failure for the next call;
+// completer thread of its peer that waits for it and keeps a failure for the next call;
 // receives are waited for here, up to the deadline. A gloo wait that times out leaves
 // the process group unusable (gloo poisons its context), as any gloo timeout does.
 //
@@ -21,8 +21,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,38 +41,50 @@ struct Failure {
   std::string message;
 };
 
-// Sends in flight on host memory, waited for by one thread per group.
+// Failures of sends that completed after their call, reported by the next call.
+struct Reports {
+  std::mutex mutex;
+  std::optional<Failure> failed;
+
+  void record(Failure failure) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed) {
+      failed = std::move(failure);
+    }
+  }
+};
+
+// Sends to one peer in flight on host memory, waited for in order by one thread: a
+// peer that does not receive (stuck, or dead without a closed connection yet) holds
+// up no other peer's sends, so the failure of a dead peer is always recorded.
 struct Completer {
   std::mutex mutex;
   std::condition_variable ready;
-  std::deque<std::pair<int, c10::intrusive_ptr<c10d::Work>>> queue;
-  std::optional<Failure> failed;
+  std::deque<c10::intrusive_ptr<c10d::Work>> queue;
   bool stop = false;
+  int peer;
+  std::shared_ptr<Reports> reports;
+
+  Completer(int to, std::shared_ptr<Reports> sink) : peer(to), reports(std::move(sink)) {}
 
   static void run(const std::shared_ptr<Completer>& self) {
     for (;;) {
-      std::pair<int, c10::intrusive_ptr<c10d::Work>> item;
+      c10::intrusive_ptr<c10d::Work> work;
       {
         std::unique_lock<std::mutex> lock(self->mutex);
         self->ready.wait(lock, [&] { return self->stop || !self->queue.empty(); });
         if (self->queue.empty()) {
           return;
         }
-        item = std::move(self->queue.front());
+        work = std::move(self->queue.front());
         self->queue.pop_front();
       }
       try {
-        item.second->wait();
+        work->wait();
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(self->mutex);
-        if (!self->failed) {
-          self->failed = Failure{item.first, e.what()};
-        }
+        self->reports->record(Failure{self->peer, e.what()});
       } catch (...) {
-        std::lock_guard<std::mutex> lock(self->mutex);
-        if (!self->failed) {
-          self->failed = Failure{item.first, "unknown exception"};
-        }
+        self->reports->record(Failure{self->peer, "unknown exception"});
       }
     }
   }
@@ -79,21 +93,21 @@ struct Completer {
 struct Remote {
   c10::weak_intrusive_ptr<c10d::ProcessGroup> pg;
   c10::Device device;
-  std::shared_ptr<Completer> completer = std::make_shared<Completer>();
+  std::shared_ptr<Reports> reports = std::make_shared<Reports>();
+  std::mutex completers_mutex;
+  // By peer, made with the first send to it: most groups never have a remote peer.
+  std::map<int, std::shared_ptr<Completer>> completers;
 
   Remote(const c10::intrusive_ptr<c10d::ProcessGroup>& group, c10::Device dev)
-      : pg(group), device(dev) {
-    if (!device.is_cuda()) {
-      // Detached: a send whose peer never receives blocks its wait forever, and the
-      // process must still be able to exit. The thread owns the shared state.
-      std::thread(Completer::run, completer).detach();
-    }
-  }
+      : pg(group), device(dev) {}
 
   ~Remote() {
-    std::lock_guard<std::mutex> lock(completer->mutex);
-    completer->stop = true;
-    completer->ready.notify_all();
+    std::lock_guard<std::mutex> lock(completers_mutex);
+    for (auto& [peer, completer] : completers) {
+      std::lock_guard<std::mutex> queue_lock(completer->mutex);
+      completer->stop = true;
+      completer->ready.notify_all();
+    }
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> group() const {
@@ -104,18 +118,30 @@ struct Remote {
 
   // An earlier send that failed, reported once.
   void raise_earlier_failure(int& peer) {
-    std::lock_guard<std::mutex> lock(completer->mutex);
-    if (completer->failed) {
-      auto failure = std::move(*completer->failed);
-      completer->failed.reset();
+    std::lock_guard<std::mutex> lock(reports->mutex);
+    if (reports->failed) {
+      auto failure = std::move(*reports->failed);
+      reports->failed.reset();
       peer = failure.peer;
       TORCH_CHECK(false, "an earlier signal to rank ", failure.peer, " failed: ", failure.message);
     }
   }
 
   void complete_later(int peer, c10::intrusive_ptr<c10d::Work> work) {
+    std::shared_ptr<Completer> completer;
+    {
+      std::lock_guard<std::mutex> lock(completers_mutex);
+      auto& slot = completers[peer];
+      if (!slot) {
+        slot = std::make_shared<Completer>(peer, reports);
+        // Detached: a send whose peer never receives blocks its wait forever, and
+        // the process must still be able to exit. The thread shares the state.
+        std::thread(Completer::run, slot).detach();
+      }
+      completer = slot;
+    }
     std::lock_guard<std::mutex> lock(completer->mutex);
-    completer->queue.emplace_back(peer, std::move(work));
+    completer->queue.push_back(std::move(work));
     completer->ready.notify_all();
   }
 };

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -109,6 +110,10 @@ def spanning_kill(ctx):
         try:
             hdl.barrier(channel=i % 2, timeout_ms=5000)
         except RuntimeError as e:
+            # Stay a while, as a failing job's ranks do until the launcher ends them: a
+            # survivor that exits at once closes its connections, and a peer still
+            # waiting would then rightly name it (another rank gone).
+            time.sleep(ctx.args.get("linger", 0))
             # Survivors leave the group to interpreter teardown: it has a dead rank.
             ctx.keep.extend([t, hdl])
             return {"iteration": i, "message": str(e)}

@@ -60,7 +60,8 @@ def test_rank_killed_mid_barrier_is_named_on_both_hosts(namespaces):
     results = run_world(
         4,
         "scenarios_hosts.spanning_kill",
-        args={"hosts": TWO_HOSTS, "victim": victim},
+        # Longer than the barrier timeout (5 s) of the victim's local peer.
+        args={"hosts": TWO_HOSTS, "victim": victim, "linger": 8},
         hosts=TWO_HOSTS,
         namespaces=namespaces,
         may_die=(victim,),

@@ -243,8 +243,9 @@ typedef struct {
  * Process-group callbacks for peers that are not mapped. Called from the thread
  * that calls the window operation; `release` is called once, last.
  *
- * `flags`: post every send (it may complete after return) and complete every
- * receive (host memory: before return; CUDA: ordered on `stream`).
+ * `flags`: post every send (it may complete after return; a later failure of it is
+ * reported by the next call, and a call with `n == 0` only collects such a report)
+ * and complete every receive (host memory: before return; CUDA: ordered on `stream`).
  * `transfer`: run every send and receive as one batch, complete before return (host)
  * or ordered on `stream` (CUDA).
  */

@@ -68,7 +68,8 @@ pub struct RemoteFailure {
 /// (NCCL point-to-point has none: its own watchdog catches a dead peer).
 pub trait RemotePeers: Send + Sync {
     /// Post every flag of one operation together. Sends may complete after return;
-    /// the backend owns their buffers.
+    /// the backend owns their buffers and reports a send that failed later at its
+    /// next call (an empty batch only collects such a report).
     fn flags(
         &self,
         flags: &[Flag],
@@ -118,6 +119,20 @@ pub(crate) fn failure(f: RemoteFailure, waited: Duration) -> Error {
     match f.peer {
         Some(peer) => error.with_peer(peer),
         None => error,
+    }
+}
+
+/// The first lost peer among `results` (the likeliest cause of the others), else the
+/// first error.
+fn first_cause<const N: usize>(results: [Result<()>; N]) -> Result<()> {
+    let mut errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
+    let lost = errors
+        .iter()
+        .position(|e| matches!(e.kind, ErrorKind::PeerLost(_)));
+    match (lost, errors.is_empty()) {
+        (_, true) => Ok(()),
+        (Some(i), _) => Err(errors.swap_remove(i)),
+        (None, _) => Err(errors.swap_remove(0)),
     }
 }
 
@@ -196,9 +211,17 @@ impl SignalScope<'_> {
         // in the pad barrier: leaving early would make the local peers time out naming
         // us instead of the dead rank.
         let sent = post(flags(Direction::Send));
-        let local = self.local_barrier(channel, &left, stream);
+        if let Err(local) = self.local_barrier(channel, &left, stream) {
+            // A local peer that never came may have left after seeing a remote rank
+            // die: a lost connection the backend recorded meanwhile names the cause.
+            let recorded = backend.map_or(Ok(()), |b| {
+                b.flags(&[], Duration::ZERO, stream)
+                    .map_err(|f| failure(f, timeout))
+            });
+            return first_cause([sent, recorded, Err(local)]);
+        }
         let received = post(flags(Direction::Recv));
-        sent.and(local).and(received)
+        first_cause([sent, received])
     }
 
     /// Signal and wait for every mapped peer through the pads.
@@ -255,6 +278,35 @@ mod tests {
             assert!(seen.insert(tag(channel, true).unwrap()));
         }
         assert!(tag(usize::MAX / 2, true).is_err());
+    }
+
+    #[test]
+    fn a_lost_peer_is_the_cause_reported() {
+        let timeout = || {
+            Err(Error::new(
+                Phase::Signal,
+                ErrorKind::Timeout {
+                    missing: vec![0],
+                    waited: Duration::ZERO,
+                },
+            ))
+        };
+        let lost = || {
+            Err(failure(
+                RemoteFailure {
+                    peer: Some(3),
+                    timed_out: false,
+                    message: "reset".into(),
+                },
+                Duration::ZERO,
+            ))
+        };
+        assert_eq!(
+            first_cause([Ok(()), timeout(), lost()]).unwrap_err().peer,
+            Some(3)
+        );
+        assert!(first_cause([timeout(), Ok(())]).unwrap_err().is_timeout());
+        assert!(first_cause([Ok(()), Ok(())]).is_ok());
     }
 
     #[test]
