@@ -20,6 +20,10 @@
 //! import and map. Otherwise the old span is dropped and the rendezvous runs as for
 //! fresh memory (which, being released everywhere, it is).
 //!
+//! Only windows of groups whose ranks all share one kernel and socket directory are
+//! parked: a window of a group that spans hosts has unmapped slots and peers that
+//! send no handle, so it is freed at once (see `docs/multi-node.md`).
+//!
 //! Like freeing without a cache, parking assumes no device work still uses the window.
 //! The cache is bounded (per rank: 8 parked windows per group, 32 and 4 GiB in all;
 //! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,

@@ -236,6 +236,13 @@ fn publish_and_vanish(rank: usize, world: usize) {
             .nodename()
             .to_string_lossy()
             .into_owned(),
+        locality: symmwin::rendezvous::locality::Locality::here(
+            std::env::var("SYMMWIN_HOST_ID").ok().as_deref(),
+            Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
+            None,
+        )
+        .unwrap(),
+        fabric_handle: None,
         socket: endpoint.path().to_path_buf(),
         token: endpoint.token().to_hex(),
         cache: Default::default(),

@@ -238,6 +238,11 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>>;
     /// Barrier and signal operations on this provider's memory.
     fn signals(&self) -> &dyn Signals;
+    /// The NVLink fabric domain of the device, where it reports one: peers of the
+    /// same domain on other hosts import fabric handles through the store.
+    fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
+        None
+    }
     /// Copy `len` bytes between mapped addresses, complete on return. Not ordered
     /// with any stream's work: the caller makes sure both ranges are idle.
     ///
