@@ -12,10 +12,10 @@ worlds="${WORLDS:-2 4 8}"
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
-  --sizes 2M,64M,1G --iters 5 --fresh --json "$out/rust_fresh.json" > "$out/rust_fresh.log" 2>&1
+  --sizes 2M,64M,1G --iters 5 --fresh > "$out/rust_fresh.log" 2>&1
 echo "symmwin bench rendezvous --fresh: exit $?"
 timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
-  --sizes 2M,64M,1G --iters 10 --json "$out/rust_realloc.json" > "$out/rust_realloc.log" 2>&1
+  --sizes 2M,64M,1G --iters 10 > "$out/rust_realloc.log" 2>&1
 echo "symmwin bench rendezvous: exit $?"
 
 if ! SYMMWIN_PREBUILT_LIB="$bin/libsymmwin_capi.a" MAX_JOBS=16 python3 -m pip install -q \
