@@ -58,7 +58,7 @@ setup(
     ext_modules=[
         CppExtension(
             "symmwin._C",
-            ["csrc/symmwin_torch.cpp"],
+            ["csrc/symmwin_torch.cpp", "csrc/symmwin_remote.cpp"],
             include_dirs=[str(ROOT / "crates/symmwin-capi/include")],
             depends=["crates/symmwin-capi/include/symmwin.h"],
             extra_compile_args=["-O2"],

@@ -8,6 +8,8 @@
 
 #include <symmwin.h>
 
+#include "symmwin_remote.h"
+
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -22,11 +24,14 @@
 // `_SymmetricMemory` objects convert to the C++ handle.
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,6 +182,35 @@ int store_try_get(
   });
 }
 
+// A whole gather in two round trips whatever the world size: wait on every key,
+// then fetch them all. A timeout (c10d throws) answers 0, and the core looks the keys
+// up one by one to name the missing ranks; a broken store fails that lookup too.
+int store_wait_all(
+    void* ctx,
+    const char* const* keys,
+    size_t count,
+    uint64_t timeout_ms,
+    SymmwinSink sink,
+    void* sink_ctx) {
+  return guarded("wait_all", count ? keys[0] : "", [&] {
+    std::vector<std::string> names(keys, keys + count);
+    auto& store = store_of(ctx);
+    try {
+      store.wait(names, std::chrono::milliseconds(timeout_ms));
+    } catch (...) {
+      return 0;
+    }
+    auto values = store.multiGet(names);
+    if (values.size() != count) {
+      return -1;
+    }
+    for (auto& value : values) {
+      sink(sink_ctx, value.data(), value.size());
+    }
+    return 1;
+  });
+}
+
 int store_add(void* ctx, const char* key, int64_t delta, int64_t* out) {
   return guarded("add", key, [&] {
     *out = store_of(ctx).add(key, delta);
@@ -237,6 +271,7 @@ SymmwinStore make_store(
   s.add = store_add;
   s.remove = store_remove;
   s.release = store_release;
+  s.wait_all = store_wait_all;
   return s;
 }
 
@@ -281,6 +316,9 @@ void ensure_group(const std::string& name, int device) {
       globals.empty() ? nullptr : globals.data(),
       timeout_ms_of(pg),
       make_store(std::move(store), describe)));
+  // Ranks the group's windows cannot map (other hosts) are reached through the
+  // group's own process group.
+  check(symmwin_group_set_remote(name.c_str(), device, symmwin_torch::make_remote(pg, device)));
 }
 
 void* cuda_stream(c10::Device device) {
@@ -312,8 +350,12 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     }
     buffers_.reserve(info_.world);
     pads_.reserve(info_.world);
+    mapped_.resize(info_.world);
+    check(symmwin_window_mapped(window_.get(), mapped_.data(), mapped_.size()));
     for (int r = 0; r < info_.world; ++r) {
-      buffers_.push_back(reinterpret_cast<void*>(info_.base + r * info_.stride));
+      // torch's contract for peers that are not mapped (another host): a null pointer.
+      buffers_.push_back(
+          mapped_[r] ? reinterpret_cast<void*>(info_.base + r * info_.stride) : nullptr);
       void* pad = nullptr;
       check(symmwin_window_pad_ptr(window_.get(), r, &pad));
       pads_.push_back(pad);
@@ -327,6 +369,17 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     return info_;
   }
 
+  // Ranks whose memory is mapped here, in rank order.
+  std::vector<int> direct_peers() const {
+    std::vector<int> peers;
+    for (int r = 0; r < info_.world; ++r) {
+      if (mapped_[r]) {
+        peers.push_back(r);
+      }
+    }
+    return peers;
+  }
+
   std::vector<void*> get_buffer_ptrs() override {
     return buffers_;
   }
@@ -335,11 +388,16 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     return pads_;
   }
 
+  // torch's own kernels (one_shot_all_reduce, two_shot_all_reduce_, reduce_scatter_out)
+  // take these tables without checking world_within_direct_access() and would fault
+  // on the null entries of a group that spans hosts: refuse them with a clear error.
   void** get_buffer_ptrs_dev() override {
+    require_all_mapped("buffer_ptrs_dev");
     return static_cast<void**>(table(SYMMWIN_BUFFER_PTRS));
   }
 
   void** get_signal_pad_ptrs_dev() override {
+    require_all_mapped("signal_pad_ptrs_dev");
     return static_cast<void**>(table(SYMMWIN_PAD_PTRS));
   }
 
@@ -394,11 +452,33 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
   bool world_within_direct_access() override {
-    // A window exists only once every peer's memory is mapped here.
-    return true;
+    return std::all_of(mapped_.begin(), mapped_.end(), [](uint8_t m) { return m != 0; });
   }
 
  private:
+  void require_all_mapped(const char* what) {
+    if (world_within_direct_access()) {
+      return;
+    }
+    std::ostringstream unmapped;
+    for (int r = 0; r < info_.world; ++r) {
+      if (!mapped_[r]) {
+        unmapped << (unmapped.tellp() > 0 ? ", " : "") << r;
+      }
+    }
+    TORCH_CHECK(
+        false,
+        "symmwin rank ",
+        info_.rank,
+        ": ",
+        what,
+        " is only served when every peer is mapped; rank(s) [",
+        unmapped.str(),
+        "] are on another host (world_within_direct_access() is false). torch's "
+        "one_shot_all_reduce, two_shot_all_reduce_ and reduce_scatter_out need every "
+        "peer mapped; see symmwin.direct_peers(hdl) and docs/multi-node.md.");
+  }
+
   void* table(SymmwinTable which) {
     void* ptr = nullptr;
     check(symmwin_window_table_dev(window_.get(), which, &ptr));
@@ -414,6 +494,7 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   c10::Device device_;
   std::vector<void*> buffers_;
   std::vector<void*> pads_;
+  std::vector<uint8_t> mapped_;
   std::vector<int> global_ranks_;
 };
 
@@ -579,15 +660,18 @@ void register_backends() {
 py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
   TORCH_CHECK(handle, "flat_layout: handle is None");
   const auto ptrs = handle->get_buffer_ptrs();
-  const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
+  auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
   uintptr_t stride = 0;
   if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+    // Rank 0 may be on another host (a null pointer): the span is still reserved.
+    base = ours->info().base;
     stride = ours->info().stride;
   } else if (ptrs.size() > 1) {
     stride = reinterpret_cast<uintptr_t>(ptrs[1]) - base;
   }
   for (size_t r = 0; r < ptrs.size(); ++r) {
-    if (reinterpret_cast<uintptr_t>(ptrs[r]) != base + r * stride) {
+    // Null entries are ranks on another host: not mapped, nothing to check.
+    if (ptrs[r] != nullptr && reinterpret_cast<uintptr_t>(ptrs[r]) != base + r * stride) {
       throw py::value_error(
           "flat_layout: buffer pointers are not evenly spaced (rank " +
           std::to_string(r) + " is at " +
@@ -638,6 +722,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("handle"),
       "Global rank of every group rank of a handle.");
+  m.def(
+      "direct_peers",
+      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+        TORCH_CHECK(handle, "direct_peers: handle is None");
+        if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+          return ours->direct_peers();
+        }
+        std::vector<int> peers;
+        const auto ptrs = handle->get_buffer_ptrs();
+        for (size_t r = 0; r < ptrs.size(); ++r) {
+          if (ptrs[r] != nullptr) {
+            peers.push_back(static_cast<int>(r));
+          }
+        }
+        return peers;
+      },
+      py::arg("handle"),
+      "Ranks whose memory a handle maps (load/store reachable), in rank order.");
+  m.def(
+      "world_within_direct_access",
+      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+        TORCH_CHECK(handle, "world_within_direct_access: handle is None");
+        return handle->world_within_direct_access();
+      },
+      py::arg("handle"),
+      "True when every rank of the handle's group is mapped (torch does not expose it).");
   m.def(
       "handle_type",
       &handle_type,

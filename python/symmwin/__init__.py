@@ -45,6 +45,8 @@ __all__ = [
     "BACKEND",
     "HOST_BACKEND",
     "flat_layout",
+    "direct_peers",
+    "world_within_direct_access",
     "rank_to_global",
     "handle_type",
     "probe",
@@ -163,3 +165,20 @@ def probe() -> dict[str, Any]:
 def allocation_count() -> int:
     """Return the number of live symmwin allocations in this process (leak checks)."""
     return _C.allocation_count()
+
+
+def direct_peers(hdl: Any) -> list[int]:
+    """Return the ranks whose memory a rendezvous handle maps, in rank order.
+
+    On one host every rank is listed. In a group that spans hosts only the ranks this
+    process can load from and store to are (its own always): for the others
+    ``hdl.buffer_ptrs[r]`` and ``hdl.signal_pad_ptrs[r]`` are 0 and they are reached
+    through the group's process group (see docs/multi-node.md).
+    """
+    return _C.direct_peers(hdl)
+
+
+def world_within_direct_access(hdl: Any) -> bool:
+    """Return True when a handle maps every rank of its group (torch's
+    ``world_within_direct_access()``, which torch's Python handle does not expose)."""
+    return _C.world_within_direct_access(hdl)

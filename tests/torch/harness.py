@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import hosts as hosts_mod
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORKER = HERE / "worker.py"
@@ -65,12 +67,21 @@ def run_ranks(
     args: dict | None = None,
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
+    hosts: list[str] | None = None,
+    namespaces: bool = False,
 ) -> tuple[list[RankOutcome], bool]:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1 and return how each ended,
     and whether the world ran past `timeout` (its stragglers are killed). Raises
-    nothing: tests of failures judge the outcomes themselves."""
+    nothing: tests of failures judge the outcomes themselves.
+
+    `scenario` may name another module of this directory ("module.function").
+    `hosts[r]` puts rank r on a "host": by SYMMWIN_HOST_ID, or with `namespaces` by
+    starting the ranks of each host in their own mount and UTS namespaces with a
+    private tmpfs on the socket directory (see hosts.py)."""
     port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp, hosts_mod.Hosts(
+        Path(tmp), hosts if namespaces else None
+    ) as machines:
         tmp = Path(tmp)
         procs, logs = [], []
         for rank in range(world):
@@ -87,7 +98,13 @@ def run_ranks(
                 str(tmp / f"{rank}.json"),
                 json.dumps(args or {}),
             ]
-            procs.append(subprocess.Popen(cmd, env=worker_env(env), stdout=log, stderr=subprocess.STDOUT))
+            rank_env = dict(env or {})
+            if hosts and not namespaces:
+                rank_env["SYMMWIN_HOST_ID"] = hosts[rank]
+            if namespaces:
+                cmd = machines.enter(hosts[rank]) + cmd
+                rank_env["SYMMWIN_SOCKET_DIR"] = str(machines.socket_dir)
+            procs.append(subprocess.Popen(cmd, env=worker_env(rank_env), stdout=log, stderr=subprocess.STDOUT))
 
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -123,15 +140,21 @@ def run_world(
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
     killed: tuple[int, ...] = (),
+    hosts: list[str] | None = None,
+    namespaces: bool = False,
+    may_die: tuple[int, ...] = (),
 ) -> list:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
 
     `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
-    rank). Raises WorldFailed with every rank's error and output if any rank raised,
-    exited non-zero or ran past `timeout`. Ranks in `killed` must die of SIGKILL
-    (their value is None).
+    rank); `scenario`, `hosts` and `namespaces` as for `run_ranks`. Raises WorldFailed
+    with every rank's error and output if any rank raised, exited non-zero or ran past
+    `timeout`. Ranks in `killed` must die of SIGKILL; ranks in `may_die` may end
+    without a result (the value of either is None).
     """
-    outcomes, timed_out = run_ranks(world, scenario, device=device, args=args, timeout=timeout, env=env)
+    outcomes, timed_out = run_ranks(
+        world, scenario, device=device, args=args, timeout=timeout, env=env, hosts=hosts, namespaces=namespaces
+    )
     values, problems = [], []
     for o in outcomes:
         if o.rank in killed:
@@ -141,6 +164,8 @@ def run_world(
             continue
         result = o.result
         values.append(result["value"] if result is not None and result["ok"] else None)
+        if o.rank in may_die and result is None:
+            continue
         if result is None or not result["ok"] or o.returncode != 0:
             what = result["error"] if result and not result["ok"] else "no result"
             problems.append(f"--- rank {o.rank}: exit {o.returncode}\n{what}\n--- output:\n{o.output[-4000:]}")

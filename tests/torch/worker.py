@@ -2,6 +2,7 @@
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
 import ctypes
+import importlib
 import json
 import os
 import sys
@@ -57,7 +58,7 @@ def main() -> int:
     else:
         backend = symmwin.HOST_BACKEND
     dist.init_process_group(
-        "gloo",
+        args.get("pg_backend", "gloo"),
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
@@ -68,9 +69,13 @@ def main() -> int:
         symm_mem.set_backend(backend)
 
     ctx = Ctx(rank, world, device, args, port=int(port))
-    module = scenarios if hasattr(scenarios, scenario) else hostile_scenarios
+    module_name, _, function = scenario.rpartition(".")
+    if module_name:
+        module = importlib.import_module(module_name)
+    else:
+        module = scenarios if hasattr(scenarios, function) else hostile_scenarios
     try:
-        result = {"ok": True, "value": getattr(module, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, function)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:

@@ -10,6 +10,16 @@
 #include <stdlib.h>
 
 /**
+ * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from us to the peer.
+ */
+#define SYMMWIN_SEND 0
+
+/**
+ * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from the peer to us.
+ */
+#define SYMMWIN_RECV 1
+
+/**
  * Result of every call.
  */
 typedef enum {
@@ -104,8 +114,11 @@ typedef void (*SymmwinSink)(void *sink, const uint8_t *value, size_t len);
 
 /**
  * Store callbacks. Each returns 0 on success and non-zero on failure, except
- * `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure.
- * The callbacks may be called from any thread; `release` is called once, last.
+ * `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure, and
+ * `wait_all`: 1 all found (each value passed to `sink`, in key order), 0 not all
+ * there by the timeout, negative on failure. `wait_all` may be NULL (the core then
+ * polls `try_get`). The callbacks may be called from any thread; `release` is called
+ * once, last.
  */
 typedef struct {
   /**
@@ -142,6 +155,16 @@ typedef struct {
    * registered again under its name with another identity is a new group.
    */
   uint64_t identity;
+  /**
+   * Wait up to `timeout_ms` for all `count` keys, then pass every value to `sink`:
+   * one store round trip for a whole gather (c10d's `wait` + `multiGet`).
+   */
+  int (*wait_all)(void *ctx,
+                  const char *const *keys,
+                  size_t count,
+                  uint64_t timeout_ms,
+                  SymmwinSink sink,
+                  void *sink_ctx);
 } SymmwinStore;
 
 /**
@@ -181,6 +204,109 @@ typedef struct {
    */
   size_t pad_size;
 } SymmwinWindowInfo;
+
+/**
+ * One flag message of a signal operation (the callee owns the 4-byte buffers).
+ */
+typedef struct {
+  /**
+   * Group rank of the peer.
+   */
+  int peer;
+  /**
+   * `SYMMWIN_SEND` or `SYMMWIN_RECV`.
+   */
+  int direction;
+  /**
+   * Message tag, the same on both sides.
+   */
+  int tag;
+} SymmwinFlag;
+
+/**
+ * What a failing callback reports.
+ */
+typedef struct {
+  /**
+   * Group rank of the peer whose message failed, -1 when unknown.
+   */
+  int peer;
+  /**
+   * Non-zero when the backend gave up waiting rather than losing the peer.
+   */
+  int timed_out;
+  /**
+   * The backend's message, NUL-terminated.
+   */
+  char message[512];
+} SymmwinRemoteError;
+
+/**
+ * One data transfer of a device operation (the caller owns the buffer).
+ */
+typedef struct {
+  /**
+   * Group rank of the peer.
+   */
+  int peer;
+  /**
+   * `SYMMWIN_SEND` or `SYMMWIN_RECV`.
+   */
+  int direction;
+  /**
+   * Message tag, the same on both sides.
+   */
+  int tag;
+  /**
+   * The bytes (device memory of the window's device, or host memory).
+   */
+  void *ptr;
+  /**
+   * Number of bytes.
+   */
+  size_t len;
+} SymmwinTransfer;
+
+/**
+ * Process-group callbacks for peers that are not mapped. Called from the thread
+ * that calls the window operation; `release` is called once, last.
+ *
+ * `flags`: post every send (it may complete after return; a later failure of it is
+ * reported by the next call, and a call with `n == 0` only collects such a report)
+ * and complete every receive (host memory: before return; CUDA: ordered on `stream`).
+ * `transfer`: run every send and receive as one batch, complete before return (host)
+ * or ordered on `stream` (CUDA).
+ */
+typedef struct {
+  /**
+   * Passed back to every callback.
+   */
+  void *ctx;
+  /**
+   * Flag messages of barrier / put_signal / wait_signal: `ops[0..n]`, the wait
+   * bound, the CUDA stream (NULL for host memory) and where to report a failure.
+   * Returns 0 on success.
+   */
+  int (*flags)(void *ctx,
+               const SymmwinFlag *ops,
+               size_t n,
+               uint64_t timeout_ms,
+               void *stream,
+               SymmwinRemoteError *error);
+  /**
+   * Data transfers of device operations, called as `flags` is.
+   */
+  int (*transfer)(void *ctx,
+                  const SymmwinTransfer *ops,
+                  size_t n,
+                  uint64_t timeout_ms,
+                  void *stream,
+                  SymmwinRemoteError *error);
+  /**
+   * Free `ctx`.
+   */
+  void (*release)(void *ctx);
+} SymmwinRemote;
 
 #ifdef __cplusplus
 extern "C" {
@@ -350,6 +476,18 @@ SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
  * Number of live allocations (for leak checks in tests).
  */
 size_t symmwin_allocation_count(void);
+
+/**
+ * Reach the peers that windows of group `name` on `device` cannot map through
+ * `remote` (the group's process group). Takes ownership of `remote` in every case.
+ */
+SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemote remote);
+
+/**
+ * Write 1 into `out[r]` for every rank `r` whose memory the window maps, else 0
+ * (`len` must be at least the world size). Returns `SYMMWIN_OK`.
+ */
+SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)] // Each function's safety contract is its doc comment.
 
+mod remote;
 mod store;
 
 use std::cell::RefCell;
@@ -23,6 +24,9 @@ use symmwin::{
     Window,
 };
 
+pub use remote::{
+    SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV, SYMMWIN_SEND,
+};
 pub use store::SymmwinStore;
 
 /// Result of every call.

@@ -9,8 +9,11 @@ use symmwin::{Error, ErrorKind, Phase, Store};
 pub type SymmwinSink = unsafe extern "C" fn(sink: *mut c_void, value: *const u8, len: usize);
 
 /// Store callbacks. Each returns 0 on success and non-zero on failure, except
-/// `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure.
-/// The callbacks may be called from any thread; `release` is called once, last.
+/// `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure, and
+/// `wait_all`: 1 all found (each value passed to `sink`, in key order), 0 not all
+/// there by the timeout, negative on failure. `wait_all` may be NULL (the core then
+/// polls `try_get`). The callbacks may be called from any thread; `release` is called
+/// once, last.
 #[repr(C)]
 pub struct SymmwinStore {
     /// Passed back to every callback.
@@ -52,6 +55,18 @@ pub struct SymmwinStore {
     /// Identity of the store object (e.g. its address while `ctx` holds it): a group
     /// registered again under its name with another identity is a new group.
     pub identity: u64,
+    /// Wait up to `timeout_ms` for all `count` keys, then pass every value to `sink`:
+    /// one store round trip for a whole gather (c10d's `wait` + `multiGet`).
+    pub wait_all: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            keys: *const *const c_char,
+            count: usize,
+            timeout_ms: u64,
+            sink: SymmwinSink,
+            sink_ctx: *mut c_void,
+        ) -> c_int,
+    >,
 }
 
 /// The callbacks, shared by the calls in flight; `release` runs when the last goes.
@@ -142,7 +157,63 @@ unsafe extern "C" fn collect(sink: *mut c_void, value: *const u8, len: usize) {
     }
 }
 
+unsafe extern "C" fn collect_each(sink: *mut c_void, value: *const u8, len: usize) {
+    // SAFETY: `sink` is the &mut Vec<Vec<u8>> passed by wait_all below; `value` has
+    // `len` bytes.
+    unsafe {
+        let out = &mut *(sink as *mut Vec<Vec<u8>>);
+        out.push(if value.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(value, len).to_vec()
+        });
+    }
+}
+
 impl Store for CallbackStore {
+    fn wait_all(
+        &self,
+        keys: &[String],
+        timeout: std::time::Duration,
+    ) -> symmwin::Result<Vec<Option<Vec<u8>>>> {
+        let cb = self.callbacks()?;
+        let Some(f) = cb.0.wait_all else {
+            return symmwin::store::poll_all(self, keys, timeout);
+        };
+        let owned = keys
+            .iter()
+            .map(|k| key(k))
+            .collect::<symmwin::Result<Vec<_>>>()?;
+        let pointers: Vec<*const c_char> = owned.iter().map(|k| k.as_ptr()).collect();
+        let mut values: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+        // Capped at 49 days, so that the store's own deadline arithmetic cannot overflow.
+        let timeout_ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, u64::from(u32::MAX));
+        // SAFETY: the callback contract of SymmwinStore; the keys and `values` outlive
+        // the call, and `collect_each` appends one value per call.
+        let rc = unsafe {
+            f(
+                cb.0.ctx,
+                pointers.as_ptr(),
+                pointers.len(),
+                timeout_ms,
+                collect_each,
+                &mut values as *mut Vec<Vec<u8>> as *mut c_void,
+            )
+        };
+        match rc {
+            1 if values.len() == keys.len() => Ok(values.into_iter().map(Some).collect()),
+            // Not all there in time: one look per key says which ones are missing.
+            0 => keys.iter().map(|k| self.try_get(k)).collect(),
+            _ => Err(failed(
+                "wait_all",
+                keys.first().map_or("", String::as_str),
+                &self.describe,
+            )),
+        }
+    }
+
     fn set(&self, k: &str, value: &[u8]) -> symmwin::Result<()> {
         let cb = self.callbacks()?;
         let f = cb.0.set.ok_or_else(|| missing("set"))?;

@@ -12,8 +12,8 @@ use crate::{human_size, plural, rounded, ProviderChoice};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Alloc + rendezvous + free latency, split into create, publish, gather,
-    /// reserve, exchange, import+map and pad phases.
+    /// Alloc + rendezvous + free latency, split into create, export (wait), publish,
+    /// gather, reserve, exchange, import, map and pad phases.
     Rendezvous {
         /// World sizes to run (comma-separated).
         #[arg(long, default_value = "2", value_delimiter = ',', value_parser = crate::parse_count)]
@@ -29,18 +29,24 @@ pub enum BenchCommand {
         /// Print JSON (medians, ranges and every sample) on stdout instead of the table.
         #[arg(long)]
         json: bool,
+        /// Keep every window of a size alive until the size is done, so that each
+        /// is new memory; by default each is freed at once, so from the second
+        /// repeat on a size is re-allocated (and may take a freed window over).
+        #[arg(long)]
+        fresh: bool,
     },
 }
 
 /// Columns after world and size: (header, how to get the value in µs from a sample).
-const PHASES: [(&str, &str); 8] = [
+const PHASES: [(&str, &str); 9] = [
     ("create", "create_us"),
     ("export", "export_us"),
     ("publish", "publish_us"),
     ("gather", "gather_us"),
     ("reserve", "reserve_us"),
     ("exch", "exchange_us"),
-    ("imp+map", "import_map_us"),
+    ("import", "import_us"),
+    ("map", "map_us"),
     ("pads", "pads_us"),
 ];
 
@@ -80,6 +86,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         iters,
         provider,
         json,
+        fresh,
     } = cmd;
     let resolved = crate::setup::check(provider)?;
     let sizes_arg = sizes
@@ -111,6 +118,9 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
                 &sizes_arg,
                 iters,
             )
+            .into_iter()
+            .chain(fresh.then(|| "--fresh".to_owned()))
+            .collect()
         };
         let launch = Launch {
             world: w,
@@ -121,6 +131,11 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         let outcomes = run_workers(&launch, &mut progress)?;
         progress.finish();
         if !report_failures(&outcomes, pass_stderr) {
+            return Ok(ExitCode::from(crate::failure::EXIT_FAILED));
+        }
+        let wrong = wrong_windows(&outcomes);
+        if wrong > 0 {
+            eprintln!("world {w}: {wrong} windows were not zero-filled or lost a peer's write");
             return Ok(ExitCode::from(crate::failure::EXIT_FAILED));
         }
         for (i, &size) in sizes.iter().enumerate() {
@@ -149,15 +164,41 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
             "provider": resolved.used.name(),
             "provider_requested": resolved.requested.name(),
             "iters": iters,
+            "fresh": fresh,
             "unit": "ms",
             "rows": rows,
         });
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::run(e.to_string()))?;
         println!("{text}");
     } else {
-        println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases)");
+        println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases;");
+        if fresh {
+            println!(
+                " --fresh: every window stays alive until its size is done, so each is new memory)"
+            );
+        } else {
+            println!(" every repeat frees its window, so from the second on a size is re-allocated: reused = samples that took a freed window over whole)");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Windows the workers found not zero-filled or missing a peer's write (checked
+/// untimed after each rendezvous); a worker that reports no count counts as one.
+fn wrong_windows(outcomes: &[crate::launch::RankOutcome]) -> u64 {
+    outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref())
+        .map(|r| r["data"]["wrong"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+/// How many of `samples` took a freed window over whole.
+fn reused_count(samples: &[&Value]) -> usize {
+    samples
+        .iter()
+        .filter(|s| s["phases"]["reused"].as_bool() == Some(true))
+        .count()
 }
 
 /// Medians in ms of one (world, size), with every sample for the JSON output.
@@ -179,15 +220,17 @@ fn summarise(world: usize, size: usize, samples: &[&Value]) -> Value {
         .map(|s| {
             let mut keys: Vec<&str> = PHASES.iter().map(|(_, k)| *k).collect();
             keys.extend(["total_us", "free_us"]);
-            keys.iter()
+            let mut sample: serde_json::Map<_, _> = keys
+                .iter()
                 .map(|k| {
                     (
                         k.trim_end_matches("_us").to_owned(),
                         rounded(phase_us(s, k) / 1e3),
                     )
                 })
-                .collect::<serde_json::Map<_, _>>()
-                .into()
+                .collect();
+            sample.insert("reused".into(), s["phases"]["reused"].as_bool().into());
+            sample.into()
         })
         .collect();
     json!({
@@ -197,6 +240,7 @@ fn summarise(world: usize, size: usize, samples: &[&Value]) -> Value {
         "total_min": rounded(lo / 1e3),
         "total_max": rounded(hi / 1e3),
         "phases": phases,
+        "reused": reused_count(samples),
         "samples": rounded_samples,
     })
 }
@@ -209,6 +253,7 @@ fn print_header() {
     for (name, _) in PHASES.iter().chain(&[("other", ""), ("free", "")]) {
         line.push_str(&format!("  {name:>8}"));
     }
+    line.push_str(&format!("  {:>7}", "reused"));
     println!("{line}");
 }
 
@@ -234,5 +279,11 @@ fn print_row(row: &Value) {
             f(&row["phases"][key.trim_end_matches("_us")])
         ));
     }
+    let reused = format!(
+        "{}/{}",
+        row["reused"].as_u64().unwrap_or(0),
+        row["samples"].as_array().map_or(0, Vec::len)
+    );
+    line.push_str(&format!("  {reused:>7}"));
     println!("{line}");
 }

@@ -36,6 +36,9 @@ pub struct WorkerArgs {
     pub sizes: String,
     #[arg(long, default_value_t = 10)]
     pub iters: usize,
+    /// bench: keep every window of a size alive until the size is done.
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 /// The command line of one rank of `task` ("demo" or "bench-rendezvous").
@@ -86,7 +89,9 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, Failure> {
         .collect::<Result<Vec<_>, _>>()?;
     let result = match args.task {
         Task::Demo => demo(&group, &provider, sizes[0], args.iters),
-        Task::BenchRendezvous => bench_rendezvous(&group, &provider, &sizes, args.iters),
+        Task::BenchRendezvous => {
+            bench_rendezvous(&group, &provider, &sizes, args.iters, args.fresh)
+        }
     }?;
     println!(
         "{}",
@@ -233,12 +238,15 @@ fn demo(
     }))
 }
 
-/// Alloc + rendezvous + free, `iters` times per size, with the phase split.
+/// Alloc + rendezvous + free, `iters` times per size, with the phase split. With
+/// `fresh`, windows are freed only once their size is done, so that every one is new
+/// memory (free time is then not measured).
 fn bench_rendezvous(
     group: &Group,
     provider: &Arc<dyn Provider>,
     sizes: &[usize],
     iters: usize,
+    fresh: bool,
 ) -> symmwin::Result<serde_json::Value> {
     // A small window whose barrier lines the ranks up before each timed rendezvous.
     let sync_alloc = Allocation::new(provider.clone(), 4096)?;
@@ -246,8 +254,10 @@ fn bench_rendezvous(
     let mut rows = Vec::new();
     let total = sizes.len() * (iters + 1);
     let mut done = 0;
+    let mut wrong = 0;
     for &size in sizes {
         let mut samples = Vec::new();
+        let mut kept = Vec::new();
         // One extra, untimed round warms up the pad pool and the driver.
         for i in 0..=iters {
             sync.barrier(SignalOptions::default())?;
@@ -258,10 +268,16 @@ fn bench_rendezvous(
             let (window, phases) =
                 group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
             let total_us = t0.elapsed().as_secs_f64() * 1e6;
+            wrong += check_window(&window, &sync, i)?;
             let t1 = Instant::now();
-            drop(window);
-            drop(alloc);
-            let free_us = t1.elapsed().as_secs_f64() * 1e6;
+            let free_us = if fresh {
+                kept.push((window, alloc));
+                f64::NAN
+            } else {
+                drop(window);
+                drop(alloc);
+                t1.elapsed().as_secs_f64() * 1e6
+            };
             if i > 0 {
                 samples.push(json!({"create_us": create_us, "total_us": total_us, "free_us": free_us, "phases": phases}));
             }
@@ -270,5 +286,21 @@ fn bench_rendezvous(
         }
         rows.push(json!({"size": size, "samples": samples}));
     }
-    Ok(json!({"rows": rows, "pad_pools": group.pad_pool_count()}))
+    Ok(json!({"rows": rows, "pad_pools": group.pad_pool_count(), "wrong": wrong}))
+}
+
+/// Untimed: the new window reads as zeros at both ends of our slot, and a byte
+/// written into the middle of the next rank's slot arrives. The number of failures.
+fn check_window(window: &Window, sync: &Window, round: usize) -> symmwin::Result<usize> {
+    let (rank, world, size) = (window.rank(), window.world(), window.size());
+    let mut ends = [0xFFu8; 2];
+    window.read(rank, 0, &mut ends[..1])?;
+    window.read(rank, size - 1, &mut ends[1..])?;
+    let tag = (round % 251) as u8 + 1;
+    window.write((rank + 1) % world, size / 2, &[tag])?;
+    sync.barrier(SignalOptions::channel(1))?;
+    sync.synchronize(Stream::DEFAULT)?;
+    let mut got = [0u8];
+    window.read(rank, size / 2, &mut got)?;
+    Ok(usize::from(ends != [0, 0]) + usize::from(got[0] != tag))
 }

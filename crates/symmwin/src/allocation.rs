@@ -1,31 +1,62 @@
 //! Local memory that can later become a window of any group.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::export_ahead::ExportAhead;
+use crate::group::GroupShared;
 use crate::layout::round_up;
-use crate::provider::{Memory, Provider, Span};
+use crate::provider::{Memory, Provider, SharedHandle, Span};
+use crate::window_cache::{self, Parked, WindowSpan};
 
 /// Physical memory plus this process's own mapping of it. Cheap to clone.
 ///
 /// Dropping the last clone unmaps the local view and releases the handle; windows
-/// made from it keep the memory alive through their own mappings.
-#[derive(Clone, Debug)]
+/// made from it keep the memory alive through their own mappings. An allocation
+/// that became exactly one window is parked whole in [`crate::window_cache`] once
+/// that window and the allocation are both gone.
+#[derive(Clone)]
 pub struct Allocation {
     inner: Arc<AllocationInner>,
 }
 
-#[derive(Debug)]
 struct AllocationInner {
     id: u64,
     size: usize,
-    local: Box<dyn Span>,
-    memory: Box<dyn Memory>,
+    ptr: usize,
+    /// Always `Some` until drop, which may hand it to the window cache.
+    local: Option<Box<dyn Span>>,
+    memory: Arc<dyn Memory>,
+    /// The handle exported when the memory was made, until a rendezvous takes it;
+    /// later rendezvous (of other groups) export again.
+    ahead: Mutex<Option<ExportAhead>>,
     provider: Arc<dyn Provider>,
+    /// Windows made from this allocation.
+    windows: AtomicUsize,
+    /// The memory came back from the window cache.
+    reused: bool,
+    /// A released window whose own slot is this memory, until a rendezvous takes it.
+    reuse: Mutex<Option<WindowSpan>>,
+    /// The one window made from this allocation, once its last user is gone.
+    parked: Mutex<Option<WindowSpan>>,
+}
+
+impl std::fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocation")
+            .field("id", &self.inner.id)
+            .field("size", &self.inner.size)
+            .field("ptr", &format_args!("{:#x}", self.inner.ptr))
+            .finish()
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl Allocation {
     /// `size` zero-filled bytes (rounded up to the provider's granularity).
@@ -35,26 +66,103 @@ impl Allocation {
         }
         let info = provider.info();
         let physical = round_up(size, info.granularity)?;
-        let memory = provider.create(physical)?;
+        if let Some(parked) = window_cache::take(&provider, physical) {
+            return Self::reuse(parked, size);
+        }
+        let memory: Arc<dyn Memory> = Arc::from(provider.create(physical)?);
+        // Exporting overlaps mapping and zeroing the local view, and whatever the
+        // caller does before its rendezvous.
+        let ahead = ExportAhead::start(Arc::clone(&memory));
         let mut local = provider.reserve(physical)?;
         local.map(0, memory.as_ref())?;
         if !info.zero_on_create {
             local.zero(0, physical)?;
         }
-        Ok(Allocation {
+        Ok(Self::assemble(
+            size,
+            local,
+            memory,
+            Some(ahead),
+            None,
+            provider,
+        ))
+    }
+
+    /// Memory of a window released on every rank, zeroed again; its rendezvous
+    /// exports only if the window cannot be taken over whole.
+    fn reuse(parked: Parked, size: usize) -> Result<Self> {
+        let len = parked.memory.len();
+        parked.local.zero(0, len)?;
+        Ok(Self::assemble(
+            size,
+            parked.local,
+            parked.memory,
+            None,
+            Some(parked.window),
+            parked.provider,
+        ))
+    }
+
+    fn assemble(
+        size: usize,
+        local: Box<dyn Span>,
+        memory: Arc<dyn Memory>,
+        ahead: Option<ExportAhead>,
+        reuse: Option<WindowSpan>,
+        provider: Arc<dyn Provider>,
+    ) -> Self {
+        Allocation {
             inner: Arc::new(AllocationInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 size,
-                local,
+                ptr: local.base(),
+                local: Some(local),
                 memory,
+                ahead: Mutex::new(ahead),
                 provider,
+                windows: AtomicUsize::new(0),
+                reused: reuse.is_some(),
+                reuse: Mutex::new(reuse),
+                parked: Mutex::new(None),
             }),
-        })
+        }
+    }
+
+    /// Whether this allocation's memory came back from the window cache.
+    pub fn is_reused(&self) -> bool {
+        self.inner.reused
+    }
+
+    /// The rendezvous number of the released window of `group` this allocation can
+    /// take over whole, if any.
+    pub(crate) fn reuse_offer(&self, group: &Arc<GroupShared>) -> Option<u64> {
+        lock(&self.inner.reuse)
+            .as_ref()
+            .filter(|w| w.of(group) && self.inner.windows.load(Ordering::SeqCst) == 0)
+            .map(|w| w.seq)
+    }
+
+    /// Take the released window back (its span becomes the new window's), or drop it.
+    pub(crate) fn take_reuse(&self) -> Option<WindowSpan> {
+        lock(&self.inner.reuse).take()
+    }
+
+    /// Count a window made from this allocation.
+    pub(crate) fn window_made(&self) {
+        self.inner.windows.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The last user of a window made from this allocation is gone: keep its span
+    /// for the cache if it was the allocation's only window, else let it go.
+    pub(crate) fn window_gone(&self, window: WindowSpan) {
+        if self.inner.windows.load(Ordering::SeqCst) == 1 {
+            *lock(&self.inner.parked) = Some(window);
+        }
     }
 
     /// Address of this process's view.
     pub fn ptr(&self) -> usize {
-        self.inner.local.base()
+        self.inner.ptr
     }
 
     /// Bytes asked for.
@@ -82,9 +190,57 @@ impl Allocation {
         self.inner.memory.as_ref()
     }
 
+    /// A shareable handle to the memory: the one exported ahead if no rendezvous has
+    /// taken it yet (waiting for it if needed), a new one otherwise.
+    pub(crate) fn export(&self) -> Result<SharedHandle> {
+        let ahead = self
+            .inner
+            .ahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match ahead {
+            Some(ahead) => ahead.wait(),
+            None => self.inner.memory.export(),
+        }
+    }
+
     /// Offset of `ptr` inside this allocation's local view, if it is inside.
     pub fn offset_of(&self, ptr: usize) -> Option<usize> {
         let off = ptr.checked_sub(self.ptr())?;
         (off < self.inner.size).then_some(off)
+    }
+}
+
+impl Drop for AllocationInner {
+    /// Local only: an allocation whose only window is gone is parked with it; one
+    /// that took a released window and never used it puts the window back.
+    fn drop(&mut self) {
+        let Some(local) = self.local.take() else {
+            return;
+        };
+        let parked = self
+            .parked
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let unused = self
+            .reuse
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let entry = |window| Parked {
+            window,
+            memory: Arc::clone(&self.memory),
+            local,
+            provider: Arc::clone(&self.provider),
+        };
+        match (parked, unused) {
+            (Some(window), _) => window_cache::park(entry(window)),
+            (None, Some(window)) if *self.windows.get_mut() == 0 => {
+                window_cache::restore(entry(window))
+            }
+            _ => {}
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
 //! | `SYMMWIN_LOG` | unset: warnings only in the CLI, nothing in the library | log filter (tracing `EnvFilter` syntax, e.g. `debug`); see [`crate::logging`] |
+//! | `SYMMWIN_HOST_ID` | unset | ranks with different ids never map each other (see `docs/multi-node.md`) |
 //!
 //! One rule for every wait: an explicit timeout (`timeout_ms` > 0) is the limit. A wait
 //! without one (`timeout_ms` 0, torch's default) uses `SYMMWIN_TIMEOUT_MS` when it is
@@ -60,6 +61,9 @@ pub struct Config {
     pub handle: HandlePreference,
     /// Directory holding the exchange sockets; created `0700` if missing.
     pub socket_dir: PathBuf,
+    /// Splits one machine into several hosts: ranks with different ids are never
+    /// mapped and reach each other through the process group (`None`: one id for all).
+    pub host_id: Option<String>,
 }
 
 /// Default wait for peers.
@@ -95,12 +99,16 @@ impl Config {
             Some(dir) if !dir.is_empty() => PathBuf::from(dir),
             _ => default_socket_dir(),
         };
+        let host_id = std::env::var("SYMMWIN_HOST_ID")
+            .ok()
+            .filter(|id| !id.trim().is_empty());
         Ok(Config {
             timeout,
             device_timeout,
             timeout_from_env,
             handle,
             socket_dir,
+            host_id,
         })
     }
 }
@@ -134,6 +142,7 @@ impl Default for Config {
             timeout_from_env: false,
             handle: HandlePreference::Auto,
             socket_dir: default_socket_dir(),
+            host_id: None,
         }
     }
 }

@@ -1,14 +1,16 @@
 //! A group: the ranks that rendezvous together, their store and this rank's socket.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
 use crate::provider::Provider;
+use crate::rendezvous::locality::Locality;
 use crate::signal::pool::PadPools;
+use crate::signal::remote::RemotePeers;
 use crate::store::{Namespace, Store};
 
 /// The largest world size a group accepts. Every rank's request and slot is held in
@@ -55,6 +57,9 @@ pub(crate) struct GroupShared {
     /// Limit of a device-side wait given none (see `config`).
     pub(crate) device_timeout: Duration,
     pub(crate) host: String,
+    pub(crate) locality: Locality,
+    /// The process group's backend, for peers that are not mapped (set by adapters).
+    pub(crate) remote: RwLock<Option<Arc<dyn RemotePeers>>>,
     pub(crate) pads: Arc<PadPools>,
     /// Rendezvous calls this rank answered with "not symmetric" (memory that is not
     /// symmwin's) without taking part; carried in every request, so a rank that
@@ -73,12 +78,29 @@ impl GroupShared {
     }
 }
 
+impl Drop for GroupShared {
+    /// Windows of this group parked in the window cache can never be released now.
+    fn drop(&mut self) {
+        crate::window_cache::forget_group(self);
+    }
+}
+
 pub(crate) struct GroupState {
     pub(crate) next_seq: u64,
     pub(crate) endpoint: Endpoint,
-    /// Our request keys of failed rendezvous. A slower peer may still need to read
+    /// Our request keys of failed rendezvous (and of the last one, when it took a
+    /// released window over without handles). A slower peer may still need to read
     /// them to reach the same verdict, so they go only after the next success.
     pub(crate) stale_keys: Vec<String>,
+}
+
+impl GroupShared {
+    pub(crate) fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
+        self.remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// A set of ranks that create windows together. Cheap to clone.
@@ -150,6 +172,12 @@ impl Group {
             spec.world,
             crate::error::Seconds(config.timeout)
         );
+        let locality = Locality::here(
+            config.host_id.as_deref(),
+            &config.socket_dir,
+            provider.fabric_domain(),
+        )
+        .map_err(|e| e.at_rank(spec.rank))?;
         Ok(Group {
             shared: Arc::new(GroupShared {
                 namespace: Namespace::new(&spec.name),
@@ -163,6 +191,8 @@ impl Group {
                 timeout: config.timeout,
                 device_timeout: config.device_timeout,
                 host,
+                locality,
+                remote: RwLock::new(None),
                 pads: Arc::default(),
                 foreign_calls: AtomicU64::new(0),
                 state: Mutex::new(GroupState {
@@ -203,6 +233,22 @@ impl Group {
     /// symmwin's) without taking part. Local: no store or peer is involved.
     pub fn note_foreign_rendezvous(&self) {
         self.shared.foreign_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reach peers that windows of this group cannot map (other hosts) through
+    /// `remote`, the group's own process-group backend. Replaces an earlier one.
+    pub fn set_remote_peers(&self, remote: Arc<dyn RemotePeers>) {
+        let mut slot = self
+            .shared
+            .remote
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        *slot = Some(remote);
+    }
+
+    /// The process-group backend set by [`Group::set_remote_peers`], if any.
+    pub fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
+        self.shared.remote_peers()
     }
 
     /// Pad pool windows this rank holds (diagnostics: they never grow per window).

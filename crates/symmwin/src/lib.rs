@@ -34,6 +34,7 @@ pub mod config;
 pub mod device_timeout;
 pub mod error;
 pub mod exchange;
+mod export_ahead;
 pub mod group;
 pub mod layout;
 mod limits;
@@ -48,6 +49,7 @@ pub mod store;
 mod text;
 pub mod token;
 pub mod window;
+pub mod window_cache;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};

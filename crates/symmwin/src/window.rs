@@ -3,12 +3,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::allocation::Allocation;
+use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, Table};
 use crate::signal::pool::PadLease;
+use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
+use crate::window_cache::WindowSpan;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]
@@ -20,10 +23,30 @@ struct WindowInner {
     // Field order is drop order: tables and pad go before the span they point into.
     tables: Mutex<Tables>,
     pad: Option<PadLease>,
-    span: Box<dyn Span>,
+    /// Always `Some` until drop, which may hand it back to `origin`.
+    span: Option<Box<dyn Span>>,
     layout: FlatLayout,
     size: usize,
+    /// `mapped[r]`: rank r's memory (and pad) is mapped here; the others are on
+    /// another host and reached through the group's process-group backend.
+    mapped: Vec<bool>,
     group: Arc<GroupShared>,
+    /// The allocation this window was made from and the rendezvous number that made
+    /// it: on drop the span goes back to the allocation, for the window cache.
+    origin: Option<(Allocation, u64)>,
+}
+
+impl Drop for WindowInner {
+    fn drop(&mut self) {
+        if let (Some((alloc, seq)), Some(span)) = (self.origin.take(), self.span.take()) {
+            alloc.window_gone(WindowSpan {
+                group: Arc::downgrade(&self.group),
+                seq,
+                span,
+                layout: self.layout,
+            });
+        }
+    }
 }
 
 #[derive(Default)]
@@ -51,15 +74,22 @@ impl Window {
         layout: FlatLayout,
         size: usize,
         pad: Option<PadLease>,
+        mapped: Vec<bool>,
+        origin: Option<(Allocation, u64)>,
     ) -> Self {
+        if let Some((alloc, _)) = &origin {
+            alloc.window_made();
+        }
         Window {
             inner: Arc::new(WindowInner {
                 tables: Mutex::default(),
                 pad,
-                span,
+                span: Some(span),
                 layout,
                 size,
+                mapped,
                 group,
+                origin,
             }),
         }
     }
@@ -89,17 +119,59 @@ impl Window {
         self.inner.layout
     }
 
-    /// Address of `rank`'s memory in this process.
+    /// Address of `rank`'s memory in this process; an error for a rank that is not
+    /// mapped (see [`Window::is_mapped`]).
     pub fn ptr(&self, rank: usize) -> Result<usize> {
-        self.inner
+        let slot = self
+            .inner
             .layout
             .slot(rank)
-            .map_err(|e| self.inner.group.context(e))
+            .map_err(|e| self.inner.group.context(e))?;
+        if !self.is_mapped(rank) {
+            return Err(Error::new(
+                Phase::Argument,
+                ErrorKind::Unsupported(format!(
+                    "rank {rank} is on another host: its memory is not mapped here"
+                )),
+            )
+            .with_peer(rank))
+            .map_err(|e| self.inner.group.context(e));
+        }
+        Ok(slot)
     }
 
-    /// Addresses of every rank's memory, in rank order.
+    /// Addresses of every rank's memory, in rank order; 0 for ranks not mapped.
     pub fn ptrs(&self) -> Vec<usize> {
-        self.inner.layout.slots()
+        self.only_mapped(self.inner.layout.slots())
+    }
+
+    /// True when `rank`'s memory is mapped here (always true for our own rank).
+    pub fn is_mapped(&self, rank: usize) -> bool {
+        self.inner.mapped.get(rank).copied().unwrap_or(false)
+    }
+
+    /// The ranks whose memory is mapped here, in rank order.
+    pub fn mapped_ranks(&self) -> Vec<usize> {
+        (0..self.world()).filter(|&r| self.is_mapped(r)).collect()
+    }
+
+    /// True when every rank is mapped (torch's `world_within_direct_access`).
+    pub fn all_mapped(&self) -> bool {
+        self.inner.mapped.iter().all(|&m| m)
+    }
+
+    /// The group's process-group backend for ranks that are not mapped (set by the
+    /// adapter); device operations send their traffic to those ranks through it.
+    pub fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
+        self.inner.group.remote_peers()
+    }
+
+    fn only_mapped(&self, addresses: Vec<usize>) -> Vec<usize> {
+        addresses
+            .into_iter()
+            .enumerate()
+            .map(|(r, a)| if self.is_mapped(r) { a } else { 0 })
+            .collect()
     }
 
     /// Provider kind, device and handle type.
@@ -117,12 +189,15 @@ impl Window {
         self.inner.pad.as_ref().map_or(0, PadLease::pad_size)
     }
 
-    /// Addresses of every rank's signal pad; empty when the window has none.
+    /// Addresses of every rank's signal pad (0 for ranks not mapped); empty when
+    /// the window has none.
     pub fn pad_ptrs(&self) -> Vec<usize> {
         match &self.inner.pad {
-            Some(pad) => (0..self.world())
-                .map(|r| pad.base() + r * pad.stride())
-                .collect(),
+            Some(pad) => self.only_mapped(
+                (0..self.world())
+                    .map(|r| pad.base() + r * pad.stride())
+                    .collect(),
+            ),
             None => Vec::new(),
         }
     }
@@ -221,11 +296,36 @@ impl Window {
         .map_err(|e| self.inner.group.context(e))
     }
 
+    /// Run one signal operation over a group that spans hosts: pads for the mapped
+    /// ranks, the group's process-group backend for the others.
+    fn spanning_op(
+        &self,
+        timeout: Option<Duration>,
+        op: impl FnOnce(&SignalScope<'_>, Duration) -> Result<()>,
+    ) -> Result<()> {
+        let pads = self.pads()?;
+        let remote = self.remote_peers();
+        let scope = SignalScope {
+            signals: self.inner.group.provider.signals(),
+            pads: &pads,
+            mapped: &self.inner.mapped,
+            remote: remote.as_deref(),
+            group: &self.inner.group.name,
+            stream_ordered: self.provider_info().kind == ProviderKind::Cuda,
+        };
+        op(&scope, self.timeout(timeout)).map_err(|e| self.inner.group.context(e))
+    }
+
     /// Signal every peer and wait for all of them, on the channel, timeout and stream
     /// of `options` (the stream orders the operation on the device; host memory
     /// ignores it).
     pub fn barrier(&self, options: SignalOptions) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        if !self.all_mapped() {
+            return self.spanning_op(options.timeout_given(), |s, t| {
+                s.barrier(channel, t, stream)
+            });
+        }
         self.signal_op(options.timeout_given(), |s, pads, t| {
             s.barrier(pads, channel, t, stream)
         })
@@ -234,6 +334,11 @@ impl Window {
     /// Signal rank `dst` on the channel of `options`.
     pub fn put_signal(&self, dst: usize, options: SignalOptions) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        if dst < self.world() && !self.is_mapped(dst) {
+            return self.spanning_op(options.timeout_given(), |s, t| {
+                s.remote_signal(dst, Direction::Send, channel, t, stream)
+            });
+        }
         self.signal_op(options.timeout_given(), |s, pads, t| {
             s.put(pads, dst, channel, t, stream)
         })
@@ -242,6 +347,11 @@ impl Window {
     /// Wait for rank `src`'s signal on the channel of `options`.
     pub fn wait_signal(&self, src: usize, options: SignalOptions) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
+        if src < self.world() && !self.is_mapped(src) {
+            return self.spanning_op(options.timeout_given(), |s, t| {
+                s.remote_signal(src, Direction::Recv, channel, t, stream)
+            });
+        }
         self.signal_op(options.timeout_given(), |s, pads, t| {
             s.wait(pads, src, channel, t, stream)
         })
@@ -278,9 +388,12 @@ impl Window {
         {
             return Err(Error::invalid("range overruns this rank's slot").at_rank(self.rank()));
         }
-        self.inner
+        let span = self
+            .inner
             .span
-            .zero(self.rank() * self.inner.layout.stride + offset, len)
+            .as_ref()
+            .ok_or_else(|| Error::invalid("window is being torn down").at_rank(self.rank()))?;
+        span.zero(self.rank() * self.inner.layout.stride + offset, len)
     }
 
     /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address.

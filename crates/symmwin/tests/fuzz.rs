@@ -158,8 +158,17 @@ fn sample_request(rank: usize) -> Request {
         pid: 10 + rank as u32,
         uid: 1000,
         host: "h".into(),
+        locality: symmwin::rendezvous::locality::Locality {
+            host_id: String::new(),
+            boot_id: "b".into(),
+            uid: 1000,
+            socket_dir: symmwin::rendezvous::locality::DirIdentity { dev: 1, ino: 2 },
+            fabric_domain: None,
+        },
+        fabric_handle: None,
         socket: format!("/run/s/{rank}.sock").into(),
         token: "ab".repeat(16),
+        cache: Default::default(),
     }
 }
 
@@ -211,8 +220,7 @@ fn fuzz_request_decoder_and_validate() {
                     && r.alloc_size == peer.alloc_size
                     && r.pad_size == peer.pad_size
                     && r.pad_pools == peer.pad_pools
-                    && r.host == peer.host
-                    && r.uid == peer.uid;
+                    && r.foreign_calls == peer.foreign_calls;
                 prop_assert_eq!(verdict.is_ok(), agrees, "{:?}", verdict.err());
             }
             Err(e) => {
@@ -286,7 +294,6 @@ fn fuzz_validate_agrees_exactly_when_requests_agree() {
                 "pad_pools",
                 reqs.iter().any(|r| r.pad_pools != first.pad_pools),
             ),
-            ("host", reqs.iter().any(|r| r.host != first.host)),
         ]
         .into_iter()
         .filter_map(|(f, d)| d.then_some(f))
@@ -487,6 +494,7 @@ fn junk_rendezvous(
                 seq: 0,
                 rank: 1,
                 peers: &peers,
+                targets: &[0],
                 size: 4096,
             };
             endpoint

@@ -28,6 +28,7 @@ fn worker() {
         "intruded" => intruded(rank, world),
         "intruder" => intruder(),
         "other_uid" => other_uid(),
+        "late_write" => late_write(rank, world),
         other => panic!("unknown scenario {other}"),
     });
 }
@@ -71,6 +72,66 @@ fn visible(rank: usize, world: usize) -> String {
     )
 }
 
+/// Bytes of `len` at `ptr` (a live mapping of this process) that are not zero.
+fn nonzero(ptr: usize, len: usize) -> usize {
+    // SAFETY: the caller passes an allocation's own mapping, alive for the call.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+    bytes.iter().filter(|&&b| b != 0).count()
+}
+
+/// Rank 0 frees a window that rank 1 keeps writing into. Rank 0's new allocations of
+/// that size never see those writes: the window is handed out again only after both
+/// ranks freed it, and then whole (the next rendezvous sends no handle).
+fn late_write(rank: usize, world: usize) -> String {
+    let (group, provider) = join(rank, world);
+    let size = 5 * 4096;
+    let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let sync = group.rendezvous(&sync_alloc).unwrap();
+    // A rendezvous of another size: it carries each rank's freed windows to the others.
+    let announce = || {
+        let a = Allocation::new(provider.clone(), 2 * 4096).unwrap();
+        drop(group.rendezvous(&a).unwrap());
+    };
+    let mut kept = Some({
+        let alloc = Allocation::new(provider.clone(), size).unwrap();
+        let window = group.rendezvous(&alloc).unwrap();
+        (alloc, window)
+    });
+    if rank == 0 {
+        drop(kept.take());
+    }
+    let (mut late_hits, mut reused_early) = (0, 0);
+    for _ in 0..3 {
+        announce();
+        let fresh = (rank == 0).then(|| Allocation::new(provider.clone(), size).unwrap());
+        reused_early += fresh.as_ref().map_or(0, |f| usize::from(f.is_reused()));
+        sync.barrier(SignalOptions::default()).unwrap();
+        if let Some((_, window)) = &kept {
+            window.write(0, 0, &vec![0xEE; size]).unwrap();
+        }
+        sync.barrier(SignalOptions::channel(1)).unwrap();
+        late_hits += fresh.as_ref().map_or(0, |f| nonzero(f.ptr(), size));
+    }
+    // Rank 1 frees it too; the next rendezvous releases it on both ranks.
+    drop(kept.take());
+    announce();
+    let again = Allocation::new(provider.clone(), size).unwrap();
+    let dirty = nonzero(again.ptr(), size);
+    let before = group.exchange_counts().sent;
+    let window = group.rendezvous(&again).unwrap();
+    let sent = group.exchange_counts().sent - before;
+    window.write(1 - rank, 64, &[rank as u8 + 1]).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
+    let mut peer = [0u8];
+    window.read(rank, 64, &mut peer).unwrap();
+    window.barrier(SignalOptions::channel(1)).unwrap();
+    format!(
+        "late_hits={late_hits} reused_early={reused_early} reused={} dirty={dirty} sent={sent} peer_byte={}",
+        again.is_reused(),
+        peer[0]
+    )
+}
+
 fn cycles(rank: usize, world: usize) -> String {
     let (group, provider) = join(rank, world);
     let cycles: usize = std::env::var("CYCLES").unwrap().parse().unwrap();
@@ -86,6 +147,7 @@ fn cycles(rank: usize, world: usize) -> String {
     let warm = Allocation::new(provider.clone(), 4096).unwrap();
     drop(group.rendezvous(&warm).unwrap());
     drop(warm);
+    symmwin::window_cache::flush();
     let (fds0, maps0) = (open_fds(), mappings());
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     for i in 0..cycles {
@@ -102,11 +164,15 @@ fn cycles(rank: usize, world: usize) -> String {
             live.swap_remove(victim);
         }
     }
-    // One more collective so every rank has deleted its last request key.
+    // Freed windows wait in the window cache; flushed, nothing may be left. One more
+    // collective (on fresh memory, so with handles) so every rank has deleted its
+    // last request key.
+    symmwin::window_cache::flush();
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
     sync.barrier(SignalOptions::default()).unwrap();
     drop((sync, sync_alloc));
+    symmwin::window_cache::flush();
     let (fds1, maps1) = (open_fds(), mappings());
     format!(
         "fds={fds0}->{fds1} maps={maps0}->{maps1} keys={} pools={}",
@@ -170,8 +236,16 @@ fn publish_and_vanish(rank: usize, world: usize) {
             .nodename()
             .to_string_lossy()
             .into_owned(),
+        locality: symmwin::rendezvous::locality::Locality::here(
+            std::env::var("SYMMWIN_HOST_ID").ok().as_deref(),
+            Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
+            None,
+        )
+        .unwrap(),
+        fabric_handle: None,
         socket: endpoint.path().to_path_buf(),
         token: endpoint.token().to_hex(),
+        cache: Default::default(),
     };
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     store
@@ -512,4 +586,25 @@ fn socket_directories_that_others_can_enter_are_refused() {
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
         .unwrap();
     assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn a_late_write_to_a_freed_window_never_reaches_memory_handed_out_again() {
+    let job = Job::new("late");
+    let outs = job.run(2, "late_write", &[]);
+    for (rank, out) in outs.iter().enumerate() {
+        assert!(
+            out.status.success(),
+            "rank {rank}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            result(out),
+            format!(
+                "late_hits=0 reused_early=0 reused=true dirty=0 sent=0 peer_byte={}",
+                2 - rank
+            ),
+            "rank {rank}"
+        );
+    }
 }

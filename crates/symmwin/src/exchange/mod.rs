@@ -52,6 +52,8 @@ pub struct Round<'a> {
     pub rank: usize,
     /// Every rank's address, indexed by rank (our own entry is ignored).
     pub peers: &'a [PeerAddress],
+    /// The ranks to exchange with: those whose handles travel over the socket.
+    pub targets: &'a [usize],
     /// Size of the memory every handle refers to.
     pub size: u64,
 }
@@ -180,7 +182,7 @@ impl Endpoint {
         {
             self.accept(round, early, &mut received)?;
         }
-        let mut unsent: Vec<usize> = (0..world).filter(|&r| r != round.rank).collect();
+        let mut unsent: Vec<usize> = round.targets.to_vec();
         loop {
             let mut full = Vec::new();
             let mut lost = Vec::new();
@@ -195,8 +197,11 @@ impl Endpoint {
                 return Err(most_likely_lost(round, lost));
             }
             unsent = full;
-            let missing: Vec<usize> = (0..world)
-                .filter(|&r| r != round.rank && received[r].is_none())
+            let missing: Vec<usize> = round
+                .targets
+                .iter()
+                .copied()
+                .filter(|&r| received[r].is_none())
                 .collect();
             if missing.is_empty() && unsent.is_empty() {
                 return Ok(received);
@@ -408,7 +413,7 @@ impl Endpoint {
             let expected = round
                 .peers
                 .get(sender)
-                .filter(|_| sender != round.rank)
+                .filter(|_| round.targets.contains(&sender))
                 .ok_or_else(|| format!("sender rank {sender} is not a peer"))?;
             if raw.pid != Some(expected.pid) {
                 return Err(format!(
@@ -467,7 +472,7 @@ impl Endpoint {
             .with_peer(sender));
         }
         match received.get_mut(sender) {
-            Some(slot @ None) if sender != round.rank => {
+            Some(slot @ None) if round.targets.contains(&sender) => {
                 *slot = Some(early.handle);
                 self.counts.accepted += 1;
                 Ok(())

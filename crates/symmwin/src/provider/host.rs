@@ -229,6 +229,24 @@ impl Span for HostSpan {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(Error::invalid("zero range overruns the span"));
         }
+        let page = page_size();
+        if offset % page == 0 && len % page == 0 && len > 0 {
+            // Whole pages of a memfd: dropping them from the file reads back as zeros
+            // in every mapping, without touching (or faulting in) a byte. A memory
+            // handed out again by the window cache is zeroed this way.
+            // SAFETY: the range is inside the span, page-aligned, and shared memfd
+            // pages; nothing but their contents changes.
+            let removed = unsafe {
+                rustix::mm::madvise(
+                    (self.base + offset) as *mut _,
+                    len,
+                    rustix::mm::Advice::LinuxRemove,
+                )
+            };
+            if removed.is_ok() {
+                return Ok(());
+            }
+        }
         // SAFETY: the range is inside the span and the caller maps it before zeroing.
         unsafe { std::ptr::write_bytes((self.base + offset) as *mut u8, 0, len) };
         Ok(())

@@ -101,6 +101,19 @@ pub trait Span: Send + Sync + fmt::Debug {
     }
     /// Map all of `memory` at `base() + offset` with read/write access for this process.
     fn map(&mut self, offset: usize, memory: &dyn Memory) -> Result<()>;
+    /// Map each `(offset, memory)` pair as [`Span::map`] does. On failure, the index
+    /// of the pair that failed and the error; the pairs mapped by this call are
+    /// unmapped again where the provider can do so. The CUDA provider grants access
+    /// once per contiguous run of the new mappings instead of once per mapping.
+    fn map_all(
+        &mut self,
+        items: &[(usize, &dyn Memory)],
+    ) -> std::result::Result<(), (usize, crate::Error)> {
+        for (i, &(offset, memory)) in items.iter().enumerate() {
+            self.map(offset, memory).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Set `len` bytes at `base() + offset` (mapped) to zero, complete on return.
     fn zero(&self, offset: usize, len: usize) -> Result<()>;
 }
@@ -225,6 +238,11 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>>;
     /// Barrier and signal operations on this provider's memory.
     fn signals(&self) -> &dyn Signals;
+    /// The NVLink fabric domain of the device, where it reports one: peers of the
+    /// same domain on other hosts import fabric handles through the store.
+    fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
+        None
+    }
     /// Copy `len` bytes between mapped addresses, complete on return. Not ordered
     /// with any stream's work: the caller makes sure both ranges are idle.
     ///

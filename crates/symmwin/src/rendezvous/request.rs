@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{HandleType, ProviderKind};
 
+use super::locality::Locality;
+
 /// Bumped whenever the request format or protocol changes.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -49,12 +51,28 @@ pub struct Request {
     pub pid: u32,
     /// Its uid.
     pub uid: u32,
-    /// Its host name: symmetric memory does not cross machines.
+    /// Its host name (for messages only: locality decides who maps whom).
     pub host: String,
+    /// Where it runs: which peers can map its memory.
+    pub locality: Locality,
+    /// Its fabric handle (hex), for peers of its fabric domain on other hosts.
+    pub fabric_handle: Option<String>,
     /// Its exchange socket.
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
     pub token: String,
+    /// What this rank can reuse and has freed (see [`crate::window_cache`]).
+    #[serde(default)]
+    pub cache: WindowOffer,
+}
+
+/// A rank's word on freed windows of its group, carried by each request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WindowOffer {
+    /// The window (by rendezvous number) this rank's allocation can take over whole.
+    pub reuse: Option<u64>,
+    /// Windows (by rendezvous number) this rank has freed, oldest first.
+    pub freed: Vec<u64>,
 }
 
 impl std::fmt::Debug for Request {
@@ -78,8 +96,14 @@ impl std::fmt::Debug for Request {
             .field("pid", &self.pid)
             .field("uid", &self.uid)
             .field("host", &self.host)
+            .field("locality", &self.locality)
+            .field(
+                "fabric_handle",
+                &self.fabric_handle.as_ref().map(|_| "<redacted>"),
+            )
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -162,8 +186,6 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "alloc_size", |r| r.alloc_size)?;
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
-    agree(requests, "host", |r| r.host.as_str())?;
-    agree(requests, "uid", |r| r.uid)?;
     agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|mut e| {
         if let ErrorKind::Mismatch { detail, .. } = &mut e.kind {
             detail.push_str(
@@ -213,8 +235,17 @@ mod tests {
             pid: 1,
             uid: 0,
             host: "h".into(),
+            locality: Locality {
+                host_id: String::new(),
+                boot_id: "b".into(),
+                uid: 0,
+                socket_dir: super::super::locality::DirIdentity { dev: 1, ino: 2 },
+                fabric_domain: None,
+            },
+            fabric_handle: None,
             socket: "/tmp/x".into(),
             token: "00".repeat(16),
+            cache: Default::default(),
         }
     }
 
@@ -242,9 +273,9 @@ mod tests {
     #[test]
     fn huge_peer_fields_give_a_small_error() {
         let mut reqs: Vec<_> = (0..3).map(|r| request(r, 100)).collect();
-        reqs[2].host = "h".repeat(10 << 20);
+        reqs[2].group = "g".repeat(10 << 20);
         let err = validate(&reqs).unwrap_err().to_string();
-        assert!(err.contains("ranks disagree on host"), "{err}");
+        assert!(err.contains("ranks disagree on group"), "{err}");
         assert!(err.len() < 1000, "{} bytes", err.len());
         let many: Vec<_> = (0..5000)
             .map(|r| {

@@ -3,6 +3,7 @@
 
 mod options;
 pub(crate) mod pool;
+pub mod remote;
 
 pub use options::{SignalOptions, Stream};
 

@@ -32,13 +32,74 @@ pub trait Store: Send + Sync {
     /// The group that uses this store is gone: let go of the connection now, even
     /// while windows made through it live on. Later calls may fail.
     fn release(&self) {}
+    /// Wait up to `timeout` for every key in `keys`: their values in order, `None` for
+    /// a key still missing at the deadline. The default polls [`Store::try_get`]
+    /// ([`poll_all`]); a store that can wait on several keys in one round trip (c10d's
+    /// `wait` + `multiGet`) overrides it, so a gather costs O(1) round trips per rank.
+    fn wait_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Option<Vec<u8>>>> {
+        poll_all(self, keys, timeout)
+    }
 }
 
-/// Wait for every key in `keys`, returning the values in order. On timeout the
-/// error lists the indices (ranks) whose keys never appeared. A store call that
-/// blocks is not interrupted here; the rendezvous bounds its own store calls by its
-/// deadline (the crate-private `store::deadline`).
-pub fn gather(store: &dyn Store, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+/// Wait for every key in `keys` except `own.0`, whose value the caller already has
+/// (`own.1`), returning the values in order. On timeout the error lists the indices
+/// (ranks) whose keys never appeared. A store call that blocks is not interrupted
+/// here; the rendezvous bounds its own store calls by its deadline (the
+/// crate-private `store::deadline`).
+pub fn gather(
+    store: &dyn Store,
+    keys: &[String],
+    own: (usize, &[u8]),
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>> {
+    let start = Instant::now();
+    let wanted: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != own.0)
+        .map(|(_, key)| key.clone())
+        .collect();
+    let mut found = store
+        .wait_all(&wanted, timeout)
+        .map_err(|e| Error {
+            phase: Phase::Gather,
+            ..e
+        })?
+        .into_iter();
+    let values: Vec<Option<Vec<u8>>> = (0..keys.len())
+        .map(|i| {
+            if i == own.0 {
+                Some(own.1.to_vec())
+            } else {
+                found.next().flatten()
+            }
+        })
+        .collect();
+    if values.iter().all(Option::is_some) {
+        return Ok(values.into_iter().flatten().collect());
+    }
+    let missing = values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    Err(Error::new(
+        Phase::Gather,
+        ErrorKind::Timeout {
+            missing,
+            waited: start.elapsed(),
+        },
+    ))
+}
+
+/// [`Store::wait_all`] by polling [`Store::try_get`]: one lookup per missing key per
+/// round, with a pause that starts short and doubles up to a cap.
+pub fn poll_all<S: Store + ?Sized>(
+    store: &S,
+    keys: &[String],
+    timeout: Duration,
+) -> Result<Vec<Option<Vec<u8>>>> {
     let start = Instant::now();
     let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
     // Peers usually arrive within a millisecond; a short poll keeps that off the
@@ -47,29 +108,11 @@ pub fn gather(store: &dyn Store, keys: &[String], timeout: Duration) -> Result<V
     loop {
         for (value, key) in values.iter_mut().zip(keys) {
             if value.is_none() {
-                *value = store.try_get(key).map_err(|e| Error {
-                    phase: Phase::Gather,
-                    ..e
-                })?;
+                *value = store.try_get(key)?;
             }
         }
-        if values.iter().all(Option::is_some) {
-            return Ok(values.into_iter().flatten().collect());
-        }
-        if start.elapsed() >= timeout {
-            let missing = values
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.is_none())
-                .map(|(i, _)| i)
-                .collect();
-            return Err(Error::new(
-                Phase::Gather,
-                ErrorKind::Timeout {
-                    missing,
-                    waited: start.elapsed(),
-                },
-            ));
+        if values.iter().all(Option::is_some) || start.elapsed() >= timeout {
+            return Ok(values);
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_micros(500));
@@ -84,6 +127,7 @@ const GATHER_GRACE: Duration = Duration::from_millis(50);
 pub(crate) fn gather_by(
     store: &std::sync::Arc<dyn Store>,
     keys: Vec<String>,
+    own: (usize, Vec<u8>),
     deadline: Instant,
 ) -> Result<Vec<Vec<u8>>> {
     let timeout = deadline.saturating_duration_since(Instant::now());
@@ -93,7 +137,7 @@ pub(crate) fn gather_by(
         deadline + GATHER_GRACE,
         Phase::Gather,
         move || what,
-        move |s| gather(s, &keys, timeout),
+        move |s| gather(s, &keys, (own.0, &own.1), timeout),
     )
 }
 

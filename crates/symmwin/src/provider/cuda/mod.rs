@@ -20,6 +20,7 @@ use crate::config::HandlePreference;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 mod driver;
+mod map_batch;
 mod probe;
 mod signals;
 mod timeout_record;
@@ -370,46 +371,14 @@ impl Span for CudaSpan {
     }
 
     fn map(&mut self, offset: usize, memory: &dyn Memory) -> Result<()> {
-        let memory = downcast::<CudaMemory>(memory)
-            .ok_or_else(|| Error::invalid("a CUDA span can only map CUDA memory"))?;
-        let len = memory.len;
-        let end = offset.checked_add(len);
-        if offset % self.granularity != 0 || end.is_none_or(|end| end > self.len) {
-            return Err(Error::invalid(format!(
-                "mapping {len} bytes at offset {offset} into a span of {} (granularity {})",
-                self.len, self.granularity
-            )));
-        }
-        let at = self.mapped.partition_point(|&(start, _)| start < offset);
-        let overlaps_prev = at > 0 && self.mapped[at - 1].0 + self.mapped[at - 1].1 > offset;
-        let overlaps_next = self
-            .mapped
-            .get(at)
-            .is_some_and(|&(start, _)| start < offset + len);
-        if overlaps_prev || overlaps_next {
-            return Err(Error::invalid(format!(
-                "offset {offset} of the span is already mapped"
-            )));
-        }
-        let ptr = self.base + offset as u64;
-        {
-            let ctx = self.ctx();
-            let _guard = ctx.enter().phase(Phase::Map)?;
-            // SAFETY: the range lies in our reservation and is unmapped (checked above);
-            // `len` is the allocation's full size.
-            unsafe { driver::mem_map(ptr, len, memory.handle) }.phase(Phase::Map)?;
-            // SAFETY: the range was just mapped.
-            let access = unsafe { driver::mem_set_access_rw(ptr, len, ctx.ordinal) };
-            if let Err(e) = access {
-                // SAFETY: undoes the mapping made above; nothing has used it yet.
-                if let Err(undo) = unsafe { driver::mem_unmap(ptr, len) } {
-                    tracing::error!("cuMemUnmap after a failed cuMemSetAccess: {}", undo.name());
-                }
-                return Err(e.at(Phase::Map));
-            }
-        }
-        self.mapped.insert(at, (offset, len));
-        Ok(())
+        self.map_batch(&[(offset, memory)]).map_err(|(_, e)| e)
+    }
+
+    fn map_all(
+        &mut self,
+        items: &[(usize, &dyn Memory)],
+    ) -> std::result::Result<(), (usize, Error)> {
+        self.map_batch(items)
     }
 
     /// Runs on a private non-blocking stream and waits for it, so it neither waits for

@@ -1,0 +1,173 @@
+//! Exporting an allocation's shareable handle ahead of the rendezvous that needs it.
+//!
+//! Allocation is local and rendezvous is collective, and torch calls them separately
+//! (`alloc`, then `rendezvous`). Exporting costs about as much as creating the memory
+//! (over a millisecond for 64 MiB on CUDA), so it starts on a worker thread as soon as
+//! the memory exists and runs while the allocation maps and zeroes its local view and
+//! while the caller goes on to the rendezvous, which then only collects the handle.
+//! The same worker frees the windows the window cache lets go, off the path of the
+//! rendezvous that let them go.
+
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+use crate::error::Result;
+use crate::provider::{Memory, SharedHandle};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+const WORKER_NAME: &str = "symmwin-export";
+
+/// A handle being exported on the worker thread. Dropping it unused waits for the
+/// export and closes the handle, so a failed or freed allocation leaves no fd behind.
+#[derive(Debug)]
+pub(crate) struct ExportAhead {
+    slot: Arc<Slot>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Running,
+    Done(Result<SharedHandle>),
+    Taken,
+}
+
+impl ExportAhead {
+    /// Start exporting `memory`; runs inline when no worker thread can be had.
+    pub(crate) fn start(memory: Arc<dyn Memory>) -> Self {
+        let slot = Arc::new(Slot::default());
+        let done = Arc::clone(&slot);
+        let job: Job = Box::new(move || {
+            let result = memory.export();
+            // The memory goes before the waiter wakes: a waiter that frees the
+            // allocation next must find it released, not held by this job.
+            drop(memory);
+            *done.state.lock().unwrap_or_else(|p| p.into_inner()) = State::Done(result);
+            done.ready.notify_all();
+        });
+        if let Err(job) = submit(job) {
+            job();
+        }
+        ExportAhead { slot }
+    }
+
+    /// The exported handle (or the export's error), waiting for the worker if needed.
+    pub(crate) fn wait(self) -> Result<SharedHandle> {
+        self.take()
+            .unwrap_or_else(|| Err(crate::Error::invalid("an exported handle was taken twice")))
+    }
+
+    /// The finished export, once; `None` after it was taken.
+    fn take(&self) -> Option<Result<SharedHandle>> {
+        let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        while matches!(*state, State::Running) {
+            state = self
+                .slot
+                .ready
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Done(result) => Some(result),
+            State::Running | State::Taken => None,
+        }
+    }
+}
+
+impl Drop for ExportAhead {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+/// Run `job` on the worker thread, after everything handed to it before; inline when
+/// there is no worker. For work that must stay off a rendezvous's critical path
+/// (tearing down windows the window cache lets go).
+pub(crate) fn in_background(job: impl FnOnce() + Send + 'static) {
+    if let Err(job) = submit(Box::new(job)) {
+        job();
+    }
+}
+
+/// Wait until the worker has finished everything handed to it so far (at once on
+/// the worker itself, which would otherwise wait for its own job).
+pub(crate) fn drain() {
+    if std::thread::current().name() == Some(WORKER_NAME) {
+        return;
+    }
+    let slot = Arc::new((Mutex::new(false), Condvar::new()));
+    let done = Arc::clone(&slot);
+    in_background(move || {
+        *done.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        done.1.notify_all();
+    });
+    let mut finished = slot.0.lock().unwrap_or_else(|p| p.into_inner());
+    while !*finished {
+        finished = slot.1.wait(finished).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+/// Hand `job` to the process's export worker, starting it on first use. Gives the job
+/// back when there is no worker (the thread could not be spawned or has gone).
+fn submit(job: Job) -> std::result::Result<(), Job> {
+    static WORKER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
+    let worker = WORKER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name(WORKER_NAME.into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    match worker {
+        Some(tx) => tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|e| e.0),
+        None => Err(job),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::host::HostProvider;
+    use crate::provider::Provider;
+
+    #[test]
+    fn handle_exported_ahead_refers_to_the_same_memory() {
+        let provider = HostProvider::new();
+        let size = crate::provider::host::page_size();
+        let memory: Arc<dyn Memory> = Arc::from(provider.create(size).unwrap());
+        let handles: Vec<SharedHandle> = (0..4)
+            .map(|_| ExportAhead::start(Arc::clone(&memory)))
+            .map(|ahead| ahead.wait().unwrap())
+            .collect();
+        let mut span = provider.reserve(5 * size).unwrap();
+        span.map(0, memory.as_ref()).unwrap();
+        for (i, handle) in handles.into_iter().enumerate() {
+            let imported = provider.import(handle, size).unwrap();
+            span.map((i + 1) * size, imported.as_ref()).unwrap();
+        }
+        // SAFETY: all five pages of the span are mapped read/write.
+        unsafe {
+            let base = span.base() as *mut u8;
+            base.write_volatile(7);
+            for i in 1..5 {
+                assert_eq!(base.add(i * size).read_volatile(), 7, "import {i}");
+            }
+        }
+    }
+}

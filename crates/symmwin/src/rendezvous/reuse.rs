@@ -1,0 +1,71 @@
+//! What a rendezvous exchanges for, and taking a released window over whole
+//! (see [`crate::window_cache`]).
+
+use std::sync::Arc;
+
+use super::request::{Request, WindowOffer};
+use crate::allocation::Allocation;
+use crate::error::Result;
+use crate::group::GroupShared;
+use crate::provider::{Memory, SharedHandle};
+use crate::window_cache::{self, WindowSpan};
+
+/// The memory a rendezvous makes a window of.
+pub(crate) enum Own<'a> {
+    /// A user allocation: handle exported ahead, window cache in play.
+    Alloc(&'a Allocation),
+    /// A pad pool's memory, exported on the spot, never cached.
+    Pool(&'a dyn Memory),
+}
+
+impl Own<'_> {
+    pub(crate) fn memory(&self) -> &dyn Memory {
+        match self {
+            Own::Alloc(alloc) => alloc.memory(),
+            Own::Pool(memory) => *memory,
+        }
+    }
+
+    pub(crate) fn export(&self) -> Result<SharedHandle> {
+        match self {
+            Own::Alloc(alloc) => alloc.export(),
+            Own::Pool(memory) => memory.export(),
+        }
+    }
+
+    /// What our request says about the window cache of `group`.
+    pub(crate) fn offer(&self, group: &Arc<GroupShared>) -> WindowOffer {
+        match self {
+            Own::Alloc(alloc) => WindowOffer {
+                reuse: alloc.reuse_offer(group),
+                freed: window_cache::parked_in(group),
+            },
+            Own::Pool(_) => WindowOffer::default(),
+        }
+    }
+
+    /// The released window our allocation took, if every rank offers that same one;
+    /// otherwise the old window is dropped (our memory is mapped anew).
+    pub(crate) fn take_over(&self, requests: &[Request]) -> Option<WindowSpan> {
+        let Own::Alloc(alloc) = self else {
+            return None;
+        };
+        let window = alloc.take_reuse()?;
+        let agreed = requests.iter().all(|r| r.cache.reuse == Some(window.seq));
+        agreed.then_some(window)
+    }
+}
+
+/// Windows that every rank's request lists as freed.
+pub(crate) fn freed_everywhere(requests: &[Request]) -> Vec<u64> {
+    let Some((first, rest)) = requests.split_first() else {
+        return Vec::new();
+    };
+    first
+        .cache
+        .freed
+        .iter()
+        .copied()
+        .filter(|seq| rest.iter().all(|r| r.cache.freed.contains(seq)))
+        .collect()
+}

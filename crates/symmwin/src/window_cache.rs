@@ -1,0 +1,221 @@
+//! Freed windows, kept whole so that a later allocation of the same size can take one
+//! back without creating, exporting, importing or mapping anything.
+//!
+//! # The invariant: memory a peer may still write is never handed out again
+//!
+//! Freeing stays purely local: when this rank's last user of a window and of the
+//! allocation behind it are gone, the window is *parked* here as it is (the span
+//! with every rank's slot still mapped, our memory, our local view). Nobody writes
+//! through a parked window, but peers may still hold their own windows over our
+//! memory, so a parked window is not handed out. Every later rendezvous of the group
+//! carries, in each rank's request, the windows that rank has parked
+//! ([`crate::rendezvous::request::WindowOffer::freed`]). A window that *every* rank
+//! lists has no user left on any rank: it is *released* on every rank at once (all
+//! read the same requests), and only then may an allocation take it.
+//!
+//! The window is reused as a unit: the allocation gets our memory back, and the
+//! rendezvous that follows offers the window ([`WindowOffer::reuse`]). If every rank
+//! offers the same window, every rank's new allocation is its own slot of that
+//! window, so the span is already right: the rendezvous skips export, exchange,
+//! import and map. Otherwise the old span is dropped and the rendezvous runs as for
+//! fresh memory (which, being released everywhere, it is).
+//!
+//! Only windows of groups whose ranks all share one kernel and socket directory are
+//! parked: a window of a group that spans hosts has unmapped slots and peers that
+//! send no handle, so it is freed at once (see `docs/multi-node.md`).
+//!
+//! Like freeing without a cache, parking assumes no device work still uses the window.
+//! The cache is bounded (per rank: 8 parked windows per group, 32 and 4 GiB in all;
+//! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
+//! as before, and so is everything parked for a group that is dropped. [`flush`]
+//! frees it all at once.
+//! The release decision trusts each rank's request as the store holds it: whoever can
+//! write the store can make a rank reuse a window early (the same trust the request's
+//! sizes and pad bitmaps need; handles themselves are still authenticated).
+//!
+//! [`WindowOffer::reuse`]: crate::rendezvous::request::WindowOffer::reuse
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::group::GroupShared;
+use crate::layout::FlatLayout;
+use crate::provider::{Memory, Provider, Span};
+
+/// Parked windows a rank announces per group (older ones are really freed).
+pub(crate) const MAX_FREED: usize = 8;
+/// Released windows kept for reuse, and their total size on this rank.
+const MAX_RELEASED: usize = 4;
+const MAX_RELEASED_BYTES: usize = 4 << 30;
+/// Parked windows over all groups, and their total size on this rank.
+const MAX_PARKED: usize = 32;
+const MAX_PARKED_BYTES: usize = 4 << 30;
+
+/// A window of `group`'s rendezvous number `seq`, every rank's slot mapped.
+pub(crate) struct WindowSpan {
+    pub(crate) group: Weak<GroupShared>,
+    pub(crate) seq: u64,
+    pub(crate) span: Box<dyn Span>,
+    pub(crate) layout: FlatLayout,
+}
+
+impl WindowSpan {
+    /// Whether this is a window of `group`.
+    pub(crate) fn of(&self, group: &Arc<GroupShared>) -> bool {
+        std::ptr::eq(self.group.as_ptr(), Arc::as_ptr(group))
+    }
+}
+
+/// A freed window with our memory and our local view of it.
+pub(crate) struct Parked {
+    pub(crate) window: WindowSpan,
+    pub(crate) memory: Arc<dyn Memory>,
+    pub(crate) local: Box<dyn Span>,
+    pub(crate) provider: Arc<dyn Provider>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Freed here, oldest first; peers may still use them.
+    parked: VecDeque<Parked>,
+    /// Freed on every rank, oldest first: free to hand out.
+    released: VecDeque<Parked>,
+}
+
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    parked: VecDeque::new(),
+    released: VecDeque::new(),
+});
+
+/// Run `f` on the cache; what it returns to free is freed on the worker thread, off
+/// the caller's path (unmapping a large window takes milliseconds).
+fn with_cache<T>(f: impl FnOnce(&mut Cache) -> (T, Vec<Parked>)) -> T {
+    let (value, evicted) = locked(f);
+    if !evicted.is_empty() {
+        crate::export_ahead::in_background(move || drop(evicted));
+    }
+    value
+}
+
+fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
+    f(&mut CACHE.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Keep a window freed on this rank until every rank has freed it.
+pub(crate) fn park(entry: Parked) {
+    with_cache(|cache| {
+        let group = entry.window.group.clone();
+        cache.parked.push_back(entry);
+        let mut evicted = Vec::new();
+        let in_group = |p: &Parked| std::ptr::eq(p.window.group.as_ptr(), group.as_ptr());
+        while cache.parked.iter().filter(|p| in_group(p)).count() > MAX_FREED {
+            if let Some(i) = cache.parked.iter().position(in_group) {
+                evicted.extend(cache.parked.remove(i));
+            }
+        }
+        let bytes = |c: &Cache| c.parked.iter().map(|p| p.memory.len()).sum::<usize>();
+        while cache.parked.len() > MAX_PARKED
+            || (cache.parked.len() > 1 && bytes(cache) > MAX_PARKED_BYTES)
+        {
+            evicted.extend(cache.parked.pop_front());
+        }
+        ((), evicted)
+    })
+}
+
+/// A group is gone: its parked windows can never be released, so they are freed
+/// (here and now: a group's teardown is not on any rendezvous's path).
+pub(crate) fn forget_group(group: *const GroupShared) {
+    let gone: Vec<Parked> = locked(|cache| {
+        let (gone, kept): (Vec<Parked>, Vec<Parked>) = cache
+            .parked
+            .drain(..)
+            .partition(|p| std::ptr::eq(p.window.group.as_ptr(), group));
+        cache.parked = kept.into();
+        gone
+    });
+    drop(gone);
+    crate::export_ahead::drain();
+}
+
+/// Rendezvous numbers of `group`'s windows parked here, oldest first.
+pub(crate) fn parked_in(group: &Arc<GroupShared>) -> Vec<u64> {
+    with_cache(|cache| {
+        let seqs = cache
+            .parked
+            .iter()
+            .filter(|p| p.window.of(group))
+            .map(|p| p.window.seq)
+            .collect();
+        (seqs, Vec::new())
+    })
+}
+
+/// `group`'s windows `seqs` are freed on every rank: make them available.
+pub(crate) fn release(group: &Arc<GroupShared>, seqs: &[u64]) {
+    if seqs.is_empty() {
+        return;
+    }
+    with_cache(|cache| {
+        let (now, kept): (Vec<Parked>, Vec<Parked>) = cache
+            .parked
+            .drain(..)
+            .partition(|p| p.window.of(group) && seqs.contains(&p.window.seq));
+        cache.parked = kept.into();
+        cache.released.extend(now);
+        ((), trim_released(cache))
+    })
+}
+
+/// Put back a released window an allocation took but never used in a rendezvous.
+pub(crate) fn restore(entry: Parked) {
+    with_cache(|cache| {
+        cache.released.push_back(entry);
+        ((), trim_released(cache))
+    })
+}
+
+fn trim_released(cache: &mut Cache) -> Vec<Parked> {
+    let mut evicted = Vec::new();
+    let bytes = |c: &Cache| c.released.iter().map(|p| p.memory.len()).sum::<usize>();
+    while cache.released.len() > MAX_RELEASED
+        || (cache.released.len() > 1 && bytes(cache) > MAX_RELEASED_BYTES)
+    {
+        evicted.extend(cache.released.pop_front());
+    }
+    evicted
+}
+
+/// A released window whose own memory is `len` bytes of `provider`, newest first.
+pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
+    let same = |p: &Parked| {
+        std::ptr::eq(
+            Arc::as_ptr(&p.provider) as *const (),
+            Arc::as_ptr(provider) as *const (),
+        ) && p.memory.len() == len
+    };
+    with_cache(|cache| {
+        let found = cache.released.iter().rposition(same);
+        (found.and_then(|i| cache.released.remove(i)), Vec::new())
+    })
+}
+
+/// Really free every cached window (parked and released): what a job calls before
+/// it counts its device memory, or when it needs the memory for something else.
+/// Windows parked here but still used by peers stay mapped there; only our mappings
+/// and our references go.
+pub fn flush() {
+    let all: Vec<Parked> = locked(|cache| {
+        let mut all: Vec<Parked> = cache.parked.drain(..).collect();
+        all.extend(cache.released.drain(..));
+        all
+    });
+    drop(all);
+    // And whatever an earlier eviction left to the worker thread.
+    crate::export_ahead::drain();
+}
+
+/// Cached windows on this rank: `(parked, released)`.
+pub fn counts() -> (usize, usize) {
+    with_cache(|cache| ((cache.parked.len(), cache.released.len()), Vec::new()))
+}

@@ -1,0 +1,335 @@
+//! Groups that span hosts, on the host provider: ranks run as threads of one process,
+//! split into "hosts" by `Config::host_id` (what `SYMMWIN_HOST_ID` sets). Peers of
+//! another host are never mapped and are reached through a [`RemotePeers`] backend;
+//! here an in-process mailbox stands in for the process group.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use symmwin::signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
+use symmwin::{
+    Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider,
+    SignalOptions, Store,
+};
+
+/// Queued messages by (from, to, tag).
+type Queues = HashMap<(usize, usize, u32), Vec<Vec<u8>>>;
+
+/// Messages in flight between ranks.
+#[derive(Default)]
+struct Mailbox {
+    queues: Mutex<Queues>,
+    arrived: Condvar,
+}
+
+/// One rank's end of the mailbox: what a process-group backend would be.
+struct MailboxPeers {
+    rank: usize,
+    mailbox: Arc<Mailbox>,
+    calls: Mutex<Vec<Vec<Flag>>>,
+}
+
+impl MailboxPeers {
+    fn send(&self, to: usize, tag: u32, bytes: Vec<u8>) {
+        let mut queues = self.mailbox.queues.lock().unwrap();
+        queues.entry((self.rank, to, tag)).or_default().push(bytes);
+        self.mailbox.arrived.notify_all();
+    }
+
+    fn recv(&self, from: usize, tag: u32, timeout: Duration) -> Result<Vec<u8>, RemoteFailure> {
+        let deadline = Instant::now() + timeout;
+        let mut queues = self.mailbox.queues.lock().unwrap();
+        loop {
+            if let Some(bytes) = queues
+                .get_mut(&(from, self.rank, tag))
+                .filter(|q| !q.is_empty())
+                .map(|q| q.remove(0))
+            {
+                return Ok(bytes);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RemoteFailure {
+                    peer: Some(from),
+                    timed_out: true,
+                    message: "no message".into(),
+                });
+            }
+            queues = self.mailbox.arrived.wait_timeout(queues, left).unwrap().0;
+        }
+    }
+}
+
+impl RemotePeers for MailboxPeers {
+    fn flags(
+        &self,
+        flags: &[Flag],
+        timeout: Duration,
+        _stream: usize,
+    ) -> Result<(), RemoteFailure> {
+        self.calls.lock().unwrap().push(flags.to_vec());
+        for f in flags.iter().filter(|f| f.direction == Direction::Send) {
+            self.send(f.peer, f.tag, vec![0]);
+        }
+        for f in flags.iter().filter(|f| f.direction == Direction::Recv) {
+            self.recv(f.peer, f.tag, timeout)?;
+        }
+        Ok(())
+    }
+
+    fn transfer(
+        &self,
+        transfers: &[Transfer],
+        timeout: Duration,
+        _stream: usize,
+    ) -> Result<(), RemoteFailure> {
+        for t in transfers.iter().filter(|t| t.direction == Direction::Send) {
+            // SAFETY: the caller keeps `len` readable bytes at `ptr` for the call.
+            let bytes = unsafe { std::slice::from_raw_parts(t.ptr as *const u8, t.len) };
+            self.send(t.peer, t.tag, bytes.to_vec());
+        }
+        for t in transfers.iter().filter(|t| t.direction == Direction::Recv) {
+            let bytes = self.recv(t.peer, t.tag, timeout)?;
+            // SAFETY: the caller keeps `len` writable bytes at `ptr` for the call.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    t.ptr as *mut u8,
+                    t.len.min(bytes.len()),
+                )
+            };
+        }
+        Ok(())
+    }
+}
+
+fn config(host: &str, tag: &str) -> Config {
+    Config {
+        timeout: Duration::from_millis(2000),
+        socket_dir: std::env::temp_dir()
+            .join(format!("symmwin-hosts-{tag}-{}", std::process::id())),
+        host_id: Some(host.to_owned()),
+        ..Config::default()
+    }
+}
+
+/// Run `body(rank, group)` on one thread per rank, rank r on host `hosts[r]`.
+fn spanning<T: Send>(
+    tag: &str,
+    hosts: &[&str],
+    remote: Option<&Arc<Mailbox>>,
+    body: impl Fn(usize, Group) -> T + Sync,
+) -> Vec<T> {
+    spanning_in(Arc::new(MemoryStore::new()), tag, hosts, remote, body)
+}
+
+/// [`spanning`] with the group's store given.
+fn spanning_in<T: Send>(
+    store: Arc<MemoryStore>,
+    tag: &str,
+    hosts: &[&str],
+    remote: Option<&Arc<Mailbox>>,
+    body: impl Fn(usize, Group) -> T + Sync,
+) -> Vec<T> {
+    let world = hosts.len();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                let store = store.clone();
+                let body = &body;
+                let config = config(hosts[rank], tag);
+                s.spawn(move || {
+                    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+                    let group =
+                        Group::new(GroupSpec::new(tag, rank, world), store, provider, &config)
+                            .unwrap();
+                    if let Some(mailbox) = remote {
+                        group.set_remote_peers(Arc::new(MailboxPeers {
+                            rank,
+                            mailbox: mailbox.clone(),
+                            calls: Mutex::default(),
+                        }));
+                    }
+                    body(rank, group)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
+    let hosts = ["a", "a", "b", "b"];
+    let results = spanning("pattern", &hosts, None, |rank, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        alloc_fill(&alloc, rank as u8 + 1);
+        let window = group.rendezvous(&alloc).unwrap();
+        let layout = window.layout();
+        let partner = rank ^ 1;
+        let mut seen = [0u8; 1];
+        window.read(partner, 0, &mut seen).unwrap();
+        let far = (rank + 2) % 4;
+        let err = window.ptr(far).unwrap_err();
+        assert_eq!(err.peer, Some(far), "{err}");
+        assert!(window.read(far, 0, &mut [0u8; 1]).is_err());
+        (
+            window.mapped_ranks(),
+            window.all_mapped(),
+            window.ptrs(),
+            window.pad_ptrs(),
+            layout,
+            seen[0],
+            group.exchange_counts(),
+        )
+    });
+    for (rank, (mapped, all, ptrs, pads, layout, seen, counts)) in results.into_iter().enumerate() {
+        let local = if rank < 2 { vec![0, 1] } else { vec![2, 3] };
+        assert_eq!(mapped, local, "rank {rank}");
+        assert!(!all);
+        for r in 0..4 {
+            let want = if local.contains(&r) {
+                layout.base + r * layout.stride
+            } else {
+                0
+            };
+            assert_eq!(ptrs[r], want, "rank {rank} ptr {r}");
+            assert_eq!(pads[r] == 0, !local.contains(&r), "rank {rank} pad {r}");
+        }
+        assert_eq!(seen, (rank ^ 1) as u8 + 1);
+        // One handle to the one local peer per rendezvous (the window and the pad pool).
+        assert_eq!(counts.sent, 2, "rank {rank}: {counts:?}");
+        assert_eq!(counts.accepted, 2, "rank {rank}: {counts:?}");
+    }
+}
+
+fn alloc_fill(alloc: &Allocation, value: u8) {
+    // SAFETY: the allocation maps `size()` writable bytes at `ptr()` in this process.
+    unsafe { std::ptr::write_bytes(alloc.ptr() as *mut u8, value, alloc.size()) };
+}
+
+#[test]
+fn one_host_per_rank_maps_only_itself() {
+    let results = spanning("alone", &["w", "x", "y", "z"], None, |_, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        let window = group.rendezvous(&alloc).unwrap();
+        (window.mapped_ranks(), group.exchange_counts().sent)
+    });
+    for (rank, (mapped, sent)) in results.into_iter().enumerate() {
+        assert_eq!(mapped, vec![rank]);
+        assert_eq!(sent, 0, "no handle leaves a rank that has no local peer");
+    }
+}
+
+#[test]
+fn signals_across_hosts_go_through_the_remote_backend() {
+    let mailbox = Arc::new(Mailbox::default());
+    let hosts = ["a", "a", "b", "b", "c", "c", "d", "d"];
+    let results = spanning("signals", &hosts, Some(&mailbox), |rank, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        let window = group.rendezvous(&alloc).unwrap();
+        let world = window.world();
+        // Each rank writes into its local partner's memory; the barrier orders it.
+        window.write(rank ^ 1, 0, &[rank as u8 + 10]).unwrap();
+        for channel in 0..3 {
+            window.barrier(SignalOptions::channel(channel)).unwrap();
+        }
+        let mut got = [0u8; 1];
+        window.read(rank, 0, &mut got).unwrap();
+        // A ring crossing every host: put to next, wait for previous.
+        let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+        for _ in 0..5 {
+            window.put_signal(next, SignalOptions::channel(1)).unwrap();
+            window.wait_signal(prev, SignalOptions::channel(1)).unwrap();
+        }
+        window.barrier(SignalOptions::default()).unwrap();
+        // Nobody signals channel 2: a remote wait times out naming the peer.
+        let far = (rank + 2) % world;
+        let late = window
+            .wait_signal(
+                far,
+                SignalOptions::channel(2).timeout(Duration::from_millis(100)),
+            )
+            .unwrap_err();
+        assert!(late.is_timeout(), "{late}");
+        assert_eq!(late.peer, Some(far));
+        // The channel must fit the pad for a remote peer as for a local one.
+        assert!(window
+            .put_signal(far, SignalOptions::channel(1 << 20))
+            .is_err());
+        window.barrier(SignalOptions::channel(1)).unwrap();
+        got[0]
+    });
+    for (rank, got) in results.into_iter().enumerate() {
+        assert_eq!(got, (rank ^ 1) as u8 + 10);
+    }
+    let left: usize = mailbox.queues.lock().unwrap().values().map(Vec::len).sum();
+    assert_eq!(left, 0, "every flag sent was received");
+}
+
+#[test]
+fn a_spanning_barrier_without_a_backend_is_a_clear_error() {
+    let results = spanning("nobackend", &["a", "b"], None, |_, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        let window = group.rendezvous(&alloc).unwrap();
+        window.barrier(SignalOptions::default()).unwrap_err()
+    });
+    for (rank, err) in results.into_iter().enumerate() {
+        assert!(matches!(err.kind, ErrorKind::Unsupported(_)), "{err}");
+        assert_eq!(err.peer, Some(1 - rank));
+        assert!(err.to_string().contains("process-group backend"), "{err}");
+    }
+}
+
+#[test]
+fn windows_of_spanning_groups_tear_down_in_any_order() {
+    let hosts = ["a", "a", "b", "b"];
+    let left = spanning("teardown", &hosts, None, |rank, group| {
+        let mut windows = Vec::new();
+        for i in 0..8 {
+            let alloc = Allocation::new(group.provider().clone(), 4096 * (1 + i % 3)).unwrap();
+            windows.push(group.rendezvous(&alloc).unwrap());
+        }
+        if rank % 2 == 1 {
+            windows.reverse();
+        }
+        drop(windows);
+        group.pad_pool_count()
+    });
+    assert!(left.iter().all(|&pools| pools == 1), "{left:?}");
+}
+
+#[test]
+fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous() {
+    let hosts = ["a", "a", "b"];
+    let store = Arc::new(MemoryStore::new());
+    let size = 3 * 4096;
+    let key = |seq: u64, rank: usize| symmwin::store::Namespace::new("nocache").request(seq, rank);
+    let results = spanning_in(store.clone(), "nocache", &hosts, None, |_, group| {
+        let mut reused = Vec::new();
+        for _ in 0..3 {
+            let alloc = Allocation::new(group.provider().clone(), size).unwrap();
+            reused.push(alloc.is_reused());
+            drop(group.rendezvous(&alloc).unwrap());
+        }
+        reused
+    });
+    // Windows with unmapped slots are freed at once, never parked, never taken back.
+    assert!(results.iter().flatten().all(|&r| !r), "{results:?}");
+    assert_eq!(symmwin::window_cache::counts(), (0, 0));
+    // Peers on other hosts send no handle, so a request key outlives its rendezvous
+    // and goes once every rank has published the next one. Seq 0 made the pad pool.
+    for rank in 0..hosts.len() {
+        for seq in 0..3 {
+            assert!(
+                store.try_get(&key(seq, rank)).unwrap().is_none(),
+                "seq {seq} rank {rank}"
+            );
+        }
+        assert!(
+            store.try_get(&key(3, rank)).unwrap().is_some(),
+            "last key of rank {rank}"
+        );
+    }
+}

@@ -1,0 +1,309 @@
+// SymmwinRemote over a c10d ProcessGroup: flag messages for barrier / put_signal /
+// wait_signal and data transfers for device operations, to ranks that symmwin cannot
+// map. No exception may unwind into Rust: every callback catches and reports.
+//
+// Host memory (gloo): sends complete when the peer receives, so a send is handed to a
+// completer thread of its peer that waits for it and keeps a failure for the next call;
+// receives are waited for here, up to the deadline. A gloo wait that times out leaves
+// the process group unusable (gloo poisons its context), as any gloo timeout does.
+//
+// CUDA memory (NCCL): everything is ordered on the current stream. Several messages go
+// in one coalesced batch (NCCL needs both directions of a pair grouped); a receive
+// makes the current stream wait for it. NCCL point-to-point has no per-call timeout:
+// a dead peer is caught by the process group's own timeout and watchdog.
+
+#include "symmwin_remote.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace symmwin_torch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A failure to report: the peer whose message failed (-1: unknown) and why.
+struct Failure {
+  int peer = -1;
+  std::string message;
+};
+
+// Failures of sends that completed after their call, reported by the next call.
+struct Reports {
+  std::mutex mutex;
+  std::optional<Failure> failed;
+
+  void record(Failure failure) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed) {
+      failed = std::move(failure);
+    }
+  }
+};
+
+// Sends to one peer in flight on host memory, waited for in order by one thread: a
+// peer that does not receive (stuck, or dead without a closed connection yet) holds
+// up no other peer's sends, so the failure of a dead peer is always recorded.
+struct Completer {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<c10::intrusive_ptr<c10d::Work>> queue;
+  bool stop = false;
+  int peer;
+  std::shared_ptr<Reports> reports;
+
+  Completer(int to, std::shared_ptr<Reports> sink) : peer(to), reports(std::move(sink)) {}
+
+  static void run(const std::shared_ptr<Completer>& self) {
+    for (;;) {
+      c10::intrusive_ptr<c10d::Work> work;
+      {
+        std::unique_lock<std::mutex> lock(self->mutex);
+        self->ready.wait(lock, [&] { return self->stop || !self->queue.empty(); });
+        if (self->queue.empty()) {
+          return;
+        }
+        work = std::move(self->queue.front());
+        self->queue.pop_front();
+      }
+      try {
+        work->wait();
+      } catch (const std::exception& e) {
+        self->reports->record(Failure{self->peer, e.what()});
+      } catch (...) {
+        self->reports->record(Failure{self->peer, "unknown exception"});
+      }
+    }
+  }
+};
+
+struct Remote {
+  c10::weak_intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::Device device;
+  std::shared_ptr<Reports> reports = std::make_shared<Reports>();
+  std::mutex completers_mutex;
+  // By peer, made with the first send to it: most groups never have a remote peer.
+  std::map<int, std::shared_ptr<Completer>> completers;
+
+  Remote(const c10::intrusive_ptr<c10d::ProcessGroup>& group, c10::Device dev)
+      : pg(group), device(dev) {}
+
+  ~Remote() {
+    std::lock_guard<std::mutex> lock(completers_mutex);
+    for (auto& [peer, completer] : completers) {
+      std::lock_guard<std::mutex> queue_lock(completer->mutex);
+      completer->stop = true;
+      completer->ready.notify_all();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group() const {
+    auto strong = pg.lock();
+    TORCH_CHECK(strong, "the group's process group was destroyed");
+    return strong;
+  }
+
+  // An earlier send that failed, reported once.
+  void raise_earlier_failure(int& peer) {
+    std::lock_guard<std::mutex> lock(reports->mutex);
+    if (reports->failed) {
+      auto failure = std::move(*reports->failed);
+      reports->failed.reset();
+      peer = failure.peer;
+      TORCH_CHECK(false, "an earlier signal to rank ", failure.peer, " failed: ", failure.message);
+    }
+  }
+
+  void complete_later(int peer, c10::intrusive_ptr<c10d::Work> work) {
+    std::shared_ptr<Completer> completer;
+    {
+      std::lock_guard<std::mutex> lock(completers_mutex);
+      auto& slot = completers[peer];
+      if (!slot) {
+        slot = std::make_shared<Completer>(peer, reports);
+        // Detached: a send whose peer never receives blocks its wait forever, and
+        // the process must still be able to exit. The thread shares the state.
+        std::thread(Completer::run, slot).detach();
+      }
+      completer = slot;
+    }
+    std::lock_guard<std::mutex> lock(completer->mutex);
+    completer->queue.push_back(std::move(work));
+    completer->ready.notify_all();
+  }
+};
+
+void report(SymmwinRemoteError* error, int peer, const std::string& what) {
+  if (error == nullptr) {
+    return;
+  }
+  std::string lower = what;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  error->peer = peer;
+  error->timed_out = lower.find("timed out") != std::string::npos ||
+      lower.find("timeout") != std::string::npos;
+  std::snprintf(error->message, sizeof(error->message), "%s", what.c_str());
+}
+
+template <typename F>
+int guarded(void* ctx, SymmwinRemoteError* error, F&& f) noexcept {
+  int peer = -1;
+  try {
+    f(*static_cast<Remote*>(ctx), peer);
+    return 0;
+  } catch (const c10::Error& e) {
+    report(error, peer, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    report(error, peer, e.what());
+  } catch (...) {
+    report(error, peer, "unknown exception");
+  }
+  return -1;
+}
+
+// One message of a batch: its peer, direction, tag and buffer.
+struct Message {
+  int peer;
+  bool send;
+  int tag;
+  at::Tensor tensor;
+};
+
+std::chrono::milliseconds left_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+c10::intrusive_ptr<c10d::Work> post(c10d::ProcessGroup& pg, Message& m) {
+  std::vector<at::Tensor> tensors{m.tensor};
+  return m.send ? pg.send(tensors, m.peer, m.tag) : pg.recv(tensors, m.peer, m.tag);
+}
+
+// Host memory: post everything; receives (and, for transfers, sends) are waited for
+// here; flag sends go to the completer.
+void run_host(Remote& r, std::vector<Message>& batch, bool wait_sends, uint64_t timeout_ms, int& peer) {
+  auto pg = r.group();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> waits;
+  for (auto& m : batch) {
+    peer = m.peer;
+    auto work = post(*pg, m);
+    if (m.send && !wait_sends) {
+      r.complete_later(m.peer, std::move(work));
+    } else {
+      waits.emplace_back(m.peer, std::move(work));
+    }
+  }
+  for (auto& [who, work] : waits) {
+    peer = who;
+    work->wait(left_until(deadline));
+  }
+}
+
+// CUDA memory: one coalesced batch when there are several messages, ordered on the
+// current stream; the stream waits for the receives.
+void run_cuda(Remote& r, std::vector<Message>& batch, int& peer) {
+  auto pg = r.group();
+  const bool grouped = batch.size() > 1;
+  if (grouped) {
+    pg->startCoalescing(c10::DeviceType::CUDA);
+  }
+  c10::intrusive_ptr<c10d::Work> last;
+  for (auto& m : batch) {
+    peer = m.peer;
+    last = post(*pg, m);
+  }
+  peer = -1;
+  if (grouped) {
+    last = pg->endCoalescing(c10::DeviceType::CUDA);
+  }
+  const bool receives = std::any_of(batch.begin(), batch.end(), [](const Message& m) { return !m.send; });
+  if (last && receives) {
+    last->wait();
+  }
+}
+
+int remote_flags(
+    void* ctx,
+    const SymmwinFlag* ops,
+    size_t n,
+    uint64_t timeout_ms,
+    void* /*stream: c10d orders on the current stream*/,
+    SymmwinRemoteError* error) {
+  return guarded(ctx, error, [&](Remote& r, int& peer) {
+    r.raise_earlier_failure(peer);
+    std::vector<Message> batch;
+    batch.reserve(n);
+    const auto options = at::TensorOptions().dtype(at::kInt).device(r.device);
+    for (size_t i = 0; i < n; ++i) {
+      batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::zeros({1}, options)});
+    }
+    if (r.device.is_cuda()) {
+      run_cuda(r, batch, peer);
+    } else {
+      run_host(r, batch, /*wait_sends=*/false, timeout_ms, peer);
+    }
+  });
+}
+
+int remote_transfer(
+    void* ctx,
+    const SymmwinTransfer* ops,
+    size_t n,
+    uint64_t timeout_ms,
+    void* /*stream*/,
+    SymmwinRemoteError* error) {
+  return guarded(ctx, error, [&](Remote& r, int& peer) {
+    r.raise_earlier_failure(peer);
+    std::vector<Message> batch;
+    batch.reserve(n);
+    const auto options = at::TensorOptions().dtype(at::kByte).device(r.device);
+    for (size_t i = 0; i < n; ++i) {
+      const auto len = static_cast<int64_t>(ops[i].len);
+      batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::from_blob(ops[i].ptr, {len}, options)});
+    }
+    if (r.device.is_cuda()) {
+      run_cuda(r, batch, peer);
+    } else {
+      run_host(r, batch, /*wait_sends=*/true, timeout_ms, peer);
+    }
+  });
+}
+
+void remote_release(void* ctx) {
+  try {
+    delete static_cast<Remote*>(ctx);
+  } catch (...) {
+  }
+}
+
+} // namespace
+
+SymmwinRemote make_remote(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int device) {
+  const auto dev = device < 0
+      ? c10::Device(c10::DeviceType::CPU)
+      : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  SymmwinRemote remote{};
+  remote.ctx = new Remote(pg, dev);
+  remote.flags = remote_flags;
+  remote.transfer = remote_transfer;
+  remote.release = remote_release;
+  return remote;
+}
+
+} // namespace symmwin_torch

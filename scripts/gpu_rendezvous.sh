@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Rendezvous latency on a GPU machine from prebuilt binaries (docs/gpu.md): the Rust
+# API with the phase split (`symmwin bench rendezvous`: --fresh keeps every window
+# alive; without it every iteration frees, so from the second on it re-allocates), then
+# bench/rendezvous.py through torch: SYMMWIN beside torch's CUDA and NVSHMEM backends,
+# fresh and re-allocated windows of 2 MiB, 64 MiB and 1 GiB at world 2, 4 and 8 (ranks
+# share the GPUs round-robin), TORCH_SYMMMEM_IMPLICIT_POOL=0. About 5 minutes on one GPU.
+# Usage: scripts/gpu_rendezvous.sh BIN_DIR OUT_DIR   (BIN_DIR: `symmwin`, `libsymmwin_capi.a`)
+set -u
+bin="$(cd "$1" && pwd)"; out="$2"; mkdir -p "$out"
+worlds="${WORLDS:-2 4 8}"
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+
+timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
+  --sizes 2M,64M,1G --iters 5 --fresh > "$out/rust_fresh.log" 2>&1
+echo "symmwin bench rendezvous --fresh: exit $?"
+timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
+  --sizes 2M,64M,1G --iters 10 > "$out/rust_realloc.log" 2>&1
+echo "symmwin bench rendezvous: exit $?"
+
+if ! SYMMWIN_PREBUILT_LIB="$bin/libsymmwin_capi.a" MAX_JOBS=16 python3 -m pip install -q \
+    --no-build-isolation --no-deps --target /tmp/site . > "$out/build.log" 2>&1; then
+  tail -30 "$out/build.log"; exit 1
+fi
+# shellcheck disable=SC2086
+PYTHONPATH=/tmp/site timeout 330 python3 bench/rendezvous.py --worlds $worlds --repeats 7 \
+  --job-timeout 90 --out "$out/torch" > "$out/torch.log" 2>&1
+echo "bench/rendezvous.py: exit $?"
+
+echo; echo "== Rust API, fresh windows (ms, phase split)"
+grep -v '^\s*$' "$out/rust_fresh.log" | tail -13
+echo; echo "== Rust API, re-allocation of the size just freed (ms, phase split)"
+grep -v '^\s*$' "$out/rust_realloc.log" | tail -13
+echo; echo "== through torch"
+cat "$out/torch/rendezvous.md" 2>/dev/null || tail -20 "$out/torch.log"
