@@ -182,7 +182,13 @@ impl Window {
         Ok(ptr)
     }
 
-    fn pads(&self) -> Result<PadView> {
+    /// The provider the window's memory comes from (for [`crate::ops`]).
+    pub(crate) fn provider(&self) -> &dyn crate::provider::Provider {
+        &*self.inner.group.provider
+    }
+
+    /// The window's signal pads (an error when it has none).
+    pub(crate) fn pads(&self) -> Result<PadView> {
         let pad =
             self.inner.pad.as_ref().ok_or_else(|| {
                 Error::invalid("this window has no signal pads").at_rank(self.rank())
@@ -194,6 +200,11 @@ impl Window {
             rank: self.rank(),
             world: self.world(),
         })
+    }
+
+    /// The group's configured wait limit.
+    pub(crate) fn group_timeout(&self) -> Duration {
+        self.inner.group.timeout
     }
 
     fn timeout(&self, timeout: Option<Duration>) -> Duration {

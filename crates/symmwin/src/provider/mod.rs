@@ -223,6 +223,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn upload(&self, words: &[u64]) -> Result<Box<dyn Table>>;
     /// Barrier and signal operations on this provider's memory.
     fn signals(&self) -> &dyn Signals;
+    /// Collective and one-sided ops on this provider's memory ([`crate::ops`]); a
+    /// provider without them refuses every op with a clear error.
+    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+        &crate::ops::UnsupportedOps {
+            provider: "this provider's",
+        }
+    }
     /// Copy `len` bytes between mapped addresses, complete on return. Not ordered
     /// with any stream's work: the caller makes sure both ranges are idle.
     ///
