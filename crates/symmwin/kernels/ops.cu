@@ -395,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // Row-major view: `major` rows of `minor` entries; 2-D aligns each major row.
-  const uint32_t minor = p.mode == SYMMWIN_A2AV_2D ? p.world : (p.mode == SYMMWIN_A2AV_1D ? p.world : p.experts);
+  const uint32_t minor = p.mode == SYMMWIN_A2AV_2D_OFFSET ? p.experts : p.world;
   const uint32_t major = n / minor;
   for (uint32_t m = t; m < major; m += blockDim.x) {
     int64_t len = 0;
@@ -429,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       out_splits[i] = rows;
       out_offsets[i] = off;
       if (off + rows > room) {
-        const uint32_t src = p.mode == SYMMWIN_A2AV_2D ? c : (p.mode == SYMMWIN_A2AV_1D ? c : m);
+        const uint32_t src = p.mode == SYMMWIN_A2AV_2D_OFFSET ? m : c;
         fail_overflow(p, src, rows, off, room);
       }
       off += rows;
@@ -567,7 +567,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 }
 
 // NVSHMEM_SIGNAL_SET of a 64-bit `value` at `peer`'s copy of dst_splits (the signal
-// pad tensor), after every earlier write of the stream (the data copy) has reached
+// word), after every earlier write of the stream (the data copy) has reached
 // the peer. One thread.
 extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
   if (threadIdx.x != 0) {
@@ -578,18 +578,22 @@ extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(p.value) : "memory");
 }
 
-// NVSHMEM_CMP_EQ wait: until this rank's copy of dst_splits holds `value`. The word
-// is not reset, as in NVSHMEM. One thread; `peer` is only named in a timeout.
+// Wait until this rank's copy of the 64-bit word at dst_splits holds `value` (acquire),
+// then reset it to zero in the same atomic step, so the word is zero at rest and the
+// same value can be sent again. One thread; `peer` is only named in a timeout.
 extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
   if (threadIdx.x != 0) {
     return;
   }
-  const uint64_t* word = reinterpret_cast<const uint64_t*>(operand_at(p.dst_splits, p.rank));
+  uint64_t* word = reinterpret_cast<uint64_t*>(operand_at(p.dst_splits, p.rank));
   const uint64_t deadline = deadline_after(p.timeout_ns);
   for (;;) {
-    uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
-    if (v == p.value) {
+    uint64_t old;
+    asm volatile("atom.acquire.sys.global.cas.b64 %0, [%1], %2, %3;"
+                 : "=l"(old)
+                 : "l"(word), "l"(p.value), "l"(0ull)
+                 : "memory");
+    if (old == p.value) {
       return;
     }
     const uint64_t now = global_timer_ns();
@@ -624,7 +628,7 @@ extern "C" __global__ void symmwin_ops_handshake(const OpsParams p) {
 
 // =================================================================================
 // tile_reduce / multi_root_tile_reduce: each root pulls its tile from every rank and
-// sums it (fp32 accumulation, in rank order) into its `out` tile. No multicast.
+// sums it (fp32 accumulation for 16/32-bit types, fp64 for fp64, in rank order) into its `out` tile. No multicast.
 //
 // Tiles: `rows` rows of `bytes` bytes, `row_bytes` apart (unit inner stride). `roots`
 // is a bit set of the ranks that are roots; this rank reduces `src` (its tile, the
@@ -680,7 +684,7 @@ __device__ __forceinline__ void store_elem(char* row, uint64_t i, uint32_t dtype
 }
 
 __device__ __forceinline__ uint32_t elem_size(uint32_t dtype) {
-  return dtype == SYMMWIN_DTYPE_F32 ? 4 : 2;
+  return dtype == SYMMWIN_DTYPE_F64 ? 8 : (dtype == SYMMWIN_DTYPE_F32 ? 4 : 2);
 }
 
 // Share `part` of `parts` of the tile's rows: out = sum over ranks of their tiles.
@@ -693,6 +697,14 @@ __device__ void reduce_rows(const OpsParams& p, uint32_t part, uint32_t parts) {
   for (uint64_t k = threadIdx.x; k < n; k += blockDim.x) {
     const uint64_t row = static_cast<uint64_t>(lo) + k / cols;
     const uint64_t col = k % cols;
+    if (p.mode == SYMMWIN_DTYPE_F64) {
+      double acc = 0.0;
+      for (uint32_t r = 0; r < p.world; ++r) {
+        acc += reinterpret_cast<const double*>(operand_at(p.src, r) + row * p.row_bytes)[col];
+      }
+      reinterpret_cast<double*>(out + row * p.row_bytes)[col] = acc;
+      continue;
+    }
     float acc = 0.0f;
     for (uint32_t r = 0; r < p.world; ++r) {
       acc += load_elem(operand_at(p.src, r) + row * p.row_bytes, col, p.mode);

@@ -46,6 +46,7 @@
 #define SYMMWIN_DTYPE_F32 0
 #define SYMMWIN_DTYPE_BF16 1
 #define SYMMWIN_DTYPE_F16 2
+#define SYMMWIN_DTYPE_F64 3
 
 // OpsError::kind.
 #define SYMMWIN_OPS_ERR_TIMEOUT 1

@@ -20,12 +20,17 @@ use crate::config::HandlePreference;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 mod driver;
+mod ops;
 mod probe;
 mod signals;
 
 use driver::PhaseExt;
 use probe::PrimaryContext;
 
+pub use ops::{
+    CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
+    MAX_SPLITS,
+};
 pub use probe::{
     device_count, peer_access, probe_device, report_table, DeviceReport, HandleSupport,
 };
@@ -39,6 +44,7 @@ pub struct CudaProvider {
     granularity: usize,
     stream: Arc<PrivateStream>,
     signals: CudaSignals,
+    ops: CudaOps,
 }
 
 impl CudaProvider {
@@ -80,6 +86,7 @@ impl CudaProvider {
         tracing::debug!("CUDA device {device}: {handle_type} handles, granularity {granularity}");
         Ok(CudaProvider {
             signals: CudaSignals::new(Arc::clone(&ctx)),
+            ops: CudaOps::new(Arc::clone(&ctx)),
             ctx,
             handle_type,
             granularity,
@@ -221,6 +228,10 @@ impl Provider for CudaProvider {
 
     fn signals(&self) -> &dyn Signals {
         &self.signals
+    }
+
+    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+        &self.ops
     }
 
     /// Runs on the provider's private non-blocking stream: it is not ordered after work
