@@ -21,6 +21,21 @@ pub struct Operand<'a> {
     pub offset: usize,
     /// Bytes of this rank's operand.
     pub len: usize,
+    /// The operand lives in the window's signal pads rather than in its memory (a
+    /// signal word from `get_signal_pad`).
+    pub in_pads: bool,
+}
+
+impl<'a> Operand<'a> {
+    /// `len` bytes at `offset` of the window's memory.
+    pub fn new(window: &'a Window, offset: usize, len: usize) -> Self {
+        Operand {
+            window,
+            offset,
+            len,
+            in_pads: false,
+        }
+    }
 }
 
 /// Per-call options.
@@ -38,7 +53,13 @@ const I64: usize = std::mem::size_of::<i64>();
 
 impl Operand<'_> {
     fn symm(&self, what: &str) -> Result<SymmBuf> {
-        let size = self.window.size();
+        let (layout, size) = if self.in_pads {
+            let pads = self.window.pads()?;
+            let layout = crate::layout::FlatLayout::new(pads.base, pads.stride, pads.world)?;
+            (layout, pads.len)
+        } else {
+            (self.window.layout(), self.window.size())
+        };
         let end = self.offset.checked_add(self.len);
         if end.is_none_or(|end| end > size) {
             return Err(Error::invalid(format!(
@@ -47,7 +68,7 @@ impl Operand<'_> {
             )));
         }
         Ok(SymmBuf {
-            layout: self.window.layout(),
+            layout,
             offset: self.offset,
             len: self.len,
             room: size - self.offset,
