@@ -38,7 +38,8 @@ pub fn f32_to_f16(x: f32) -> u16 {
         // smallest normal's encoding, so rounding up across the boundary is right.
         return sign | (a * 16_777_216.0).round_ties_even() as u16;
     }
-    let exp = ((bits >> 23) & 0xff) - 127 + 15;
+    // At or above 2^-14 the f32 exponent field is at least 113, so this cannot wrap.
+    let exp = ((bits >> 23) & 0xff) + 15 - 127;
     let man = bits & 0x7f_ffff;
     let mut h = (exp << 10) | (man >> 13);
     let rest = man & 0x1fff;
