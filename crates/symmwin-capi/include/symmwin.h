@@ -418,9 +418,12 @@ SymmwinStatus symmwin_op_put_with_signal(SymmwinOperand buf,
                                          const SymmwinOpOptions *opts);
 
 /**
- * Wait until this rank's 64-bit `sig` equals `value` (sent by `peer`), then zero it.
+ * Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
+ * `value` (sent by `peer`), then zero it. `word` must be a live, 8-byte aligned
+ * word of that memory (a signal pad or a symmetric tensor).
  */
-SymmwinStatus symmwin_op_wait_for_signal(SymmwinOperand sig,
+SymmwinStatus symmwin_op_wait_for_signal(void *word,
+                                         int device,
                                          uint64_t value,
                                          int peer,
                                          const SymmwinOpOptions *opts);

@@ -9,7 +9,7 @@ use symmwin::ops::collective::{self, Operand};
 use symmwin::ops::plan::Shape;
 use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
 
-use super::{guard, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow};
+use super::{config, guard, provider, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
 /// its signal pad when `in_pads` is non-zero).
@@ -223,18 +223,34 @@ pub unsafe extern "C" fn symmwin_op_put_with_signal(
     })
 }
 
-/// Wait until this rank's 64-bit `sig` equals `value` (sent by `peer`), then zero it.
+/// Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
+/// `value` (sent by `peer`), then zero it. `word` must be a live, 8-byte aligned
+/// word of that memory (a signal pad or a symmetric tensor).
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_wait_for_signal(
-    sig: SymmwinOperand,
+    word: *mut c_void,
+    device: c_int,
     value: u64,
     peer: c_int,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let s = operand(&sig)?;
-        let peer = rank_arg(peer, s.window.world())?;
-        ok(collective::wait_for_signal(s, value, peer, &options(opts)?))
+        let peer = usize::try_from(peer)
+            .map_err(|_| symmwin::Error::invalid(format!("peer {peer} is negative")))?;
+        let opts = options(opts)?;
+        let timeout = opts.timeout.unwrap_or(config()?.timeout);
+        let provider = provider(device)?;
+        // SAFETY: the caller guarantees a live, aligned word of `device`'s memory.
+        ok(unsafe {
+            collective::wait_for_signal_at(
+                &*provider,
+                word as usize,
+                value,
+                peer,
+                timeout,
+                opts.stream,
+            )
+        })
     })
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::host::HostSignals;
-use crate::provider::Signals;
+use crate::provider::{Signals, StreamHandle};
 
 use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
@@ -286,13 +286,15 @@ impl DeviceOps for HostOps {
 
     unsafe fn wait_for_signal(
         &self,
-        ctx: &OpContext,
-        sig: &SymmBuf,
+        word: usize,
         value: u64,
         peer: usize,
+        timeout: Duration,
+        _stream: StreamHandle,
     ) -> Result<()> {
-        let word = signal_word(sig, ctx.rank)?;
-        let deadline = Instant::now() + ctx.timeout;
+        // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
+        let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
+        let deadline = Instant::now() + timeout;
         let consumed = || {
             word.compare_exchange_weak(value, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
@@ -300,7 +302,7 @@ impl DeviceOps for HostOps {
         if wait_until(deadline, consumed) {
             Ok(())
         } else {
-            Err(timed_out(peer, ctx.timeout))
+            Err(timed_out(peer, timeout))
         }
     }
 
