@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)] // Each function's safety contract is its doc comment.
 
+mod ops;
 mod store;
 
 use std::cell::RefCell;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use symmwin::provider::cuda::CudaProvider;
 use symmwin::{Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, Window};
 
+pub use ops::{SymmwinOpOptions, SymmwinOperand};
 pub use store::SymmwinStore;
 
 /// Result of every call.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::provider::StreamHandle;
+use crate::provider::{Provider, StreamHandle};
 use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
@@ -21,6 +21,21 @@ pub struct Operand<'a> {
     pub offset: usize,
     /// Bytes of this rank's operand.
     pub len: usize,
+    /// The operand lives in the window's signal pads rather than in its memory (a
+    /// signal word from `get_signal_pad`).
+    pub in_pads: bool,
+}
+
+impl<'a> Operand<'a> {
+    /// `len` bytes at `offset` of the window's memory.
+    pub fn new(window: &'a Window, offset: usize, len: usize) -> Self {
+        Operand {
+            window,
+            offset,
+            len,
+            in_pads: false,
+        }
+    }
 }
 
 /// Per-call options.
@@ -38,7 +53,13 @@ const I64: usize = std::mem::size_of::<i64>();
 
 impl Operand<'_> {
     fn symm(&self, what: &str) -> Result<SymmBuf> {
-        let size = self.window.size();
+        let (layout, size) = if self.in_pads {
+            let pads = self.window.pads()?;
+            let layout = crate::layout::FlatLayout::new(pads.base, pads.stride, pads.world)?;
+            (layout, pads.len)
+        } else {
+            (self.window.layout(), self.window.size())
+        };
         let end = self.offset.checked_add(self.len);
         if end.is_none_or(|end| end > size) {
             return Err(Error::invalid(format!(
@@ -47,7 +68,7 @@ impl Operand<'_> {
             )));
         }
         Ok(SymmBuf {
-            layout: self.window.layout(),
+            layout,
             offset: self.offset,
             len: self.len,
             room: size - self.offset,
@@ -309,12 +330,41 @@ pub fn put_with_signal(
 /// Wait until this rank's 64-bit `sig` equals `value`, then reset it to zero.
 pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) -> Result<()> {
     let w = sig.window;
-    let check = || Ok((signal_word(&sig)?, peer_arg(peer, w.world(), "peer")?));
-    let (s, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
-    // SAFETY: the operand was checked to lie in its live window.
-    run(w, opts, |ops, ctx| unsafe {
-        ops.wait_for_signal(ctx, &s, value, peer)
-    })
+    let check = || {
+        let word = signal_word(&sig)?.addr(w.rank())?;
+        Ok((word, peer_arg(peer, w.world(), "peer")?))
+    };
+    let (word, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
+    let timeout = opts.timeout.unwrap_or(w.group_timeout());
+    unsafe { wait_for_signal_at(w.provider(), word, value, peer, timeout, opts.stream) }
+        .map_err(|e| e.at_rank(w.rank()))
+}
+
+/// [`wait_for_signal`] on a word given by address (a view of a signal pad).
+///
+/// # Safety
+/// `word` must be a live `u64` of `provider`'s memory in this process, accessed only
+/// atomically until the wait returns (for CUDA: until it completes on its stream).
+pub unsafe fn wait_for_signal_at(
+    provider: &dyn Provider,
+    word: usize,
+    value: u64,
+    peer: usize,
+    timeout: Duration,
+    stream: StreamHandle,
+) -> Result<()> {
+    if word == 0 || word % 8 != 0 {
+        return Err(Error::invalid(format!(
+            "sigpad at {word:#x} is not an 8-byte aligned 64-bit word"
+        )));
+    }
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe {
+        provider
+            .ops()
+            .wait_for_signal(word, value, peer, timeout, stream)
+    }
 }
 
 /// Copy `len` bytes from this process's address `src` into `peer`'s `dst`, then signal

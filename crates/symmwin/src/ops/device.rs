@@ -16,7 +16,10 @@
 //! and reports which peer, how many rows and how much room, when it returns (host)
 //! or at the next [`DeviceOps::check_errors`] / synchronization (device).
 
+use std::time::Duration;
+
 use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::StreamHandle;
 
 use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
 
@@ -118,18 +121,22 @@ pub trait DeviceOps: Send + Sync {
         peer: usize,
     ) -> Result<()>;
 
-    /// Wait until the `u64` at this rank's `sig` equals `value` (acquire), then
-    /// reset it to zero so the pad is zero at rest and the same value can be sent
-    /// again. `peer` is the rank expected to send it (for the error).
+    /// Wait until the `u64` at this process's address `word` equals `value`
+    /// (acquire), then reset it to zero so a pad is zero at rest and the same value can
+    /// be sent again. A local wait: `word` need not be in a window this rank knows
+    /// (torch passes a view of a signal pad). `peer` is the expected sender, named in
+    /// the timeout error.
     ///
     /// # Safety
-    /// See the trait documentation; `sig` is 8-byte aligned with 8 bytes of room.
+    /// `word` is an 8-byte aligned, live `u64` of this provider's memory, accessed
+    /// only atomically while the op runs.
     unsafe fn wait_for_signal(
         &self,
-        ctx: &OpContext,
-        sig: &SymmBuf,
+        word: usize,
         value: u64,
         peer: usize,
+        timeout: Duration,
+        stream: StreamHandle,
     ) -> Result<()>;
 
     /// One-sided: copy `len` bytes from this process's address `src` (any memory of
@@ -227,7 +234,14 @@ impl DeviceOps for UnsupportedOps {
         self.refuse("put_with_signal")
     }
 
-    unsafe fn wait_for_signal(&self, _: &OpContext, _: &SymmBuf, _: u64, _: usize) -> Result<()> {
+    unsafe fn wait_for_signal(
+        &self,
+        _: usize,
+        _: u64,
+        _: usize,
+        _: Duration,
+        _: StreamHandle,
+    ) -> Result<()> {
         self.refuse("wait_for_signal")
     }
 

@@ -16,7 +16,9 @@
 mod args;
 pub mod collective;
 mod device;
+mod elem;
 mod engine;
+pub mod host;
 pub mod plan;
 
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
