@@ -96,9 +96,13 @@ __device__ void record_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
 __device__ __noinline__ void fail_timeout(const OpsParams& p, uint32_t peer, uint32_t channel,
                                           uint64_t waited_ns) {
   record_failure(p, SYMMWIN_OPS_ERR_TIMEOUT, peer, channel, waited_ns, 0, 0);
-  printf("symmwin: %s on rank %u timed out after %llu ms waiting for rank %u (channel %u)\n",
-         op_name(p.op), p.rank, static_cast<unsigned long long>(waited_ns / 1000000), peer,
-         channel);
+  const unsigned long long ms = waited_ns / 1000000;
+  if (p.rank == SYMMWIN_OPS_UNKNOWN_RANK) {
+    printf("symmwin: %s timed out after %llu ms waiting for rank %u\n", op_name(p.op), ms, peer);
+  } else {
+    printf("symmwin: %s on rank %u timed out after %llu ms waiting for rank %u (channel %u)\n",
+           op_name(p.op), p.rank, ms, peer, channel);
+  }
   __trap();
 }
 
@@ -580,7 +584,8 @@ extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
 
 // Wait until this rank's copy of the 64-bit word at dst_splits holds `value` (acquire),
 // then reset it to zero in the same atomic step, so the word is zero at rest and the
-// same value can be sent again. One thread; `peer` is only named in a timeout.
+// same value can be sent again. A local wait on any word of ours (torch passes a view
+// of a signal pad); one thread; `peer` is only named in a timeout.
 extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
   if (threadIdx.x != 0) {
     return;

@@ -15,6 +15,9 @@
 // Ranks a tile reduce's root set can name (OpsParams::roots bits).
 #define SYMMWIN_OPS_MAX_ROOT_WORLD 256
 
+// OpsParams::rank of a kernel that knows no group (a local wait).
+#define SYMMWIN_OPS_UNKNOWN_RANK 4294967295
+
 // OpsParams::op, for messages.
 #define SYMMWIN_OP_ALL_TO_ALL 1
 #define SYMMWIN_OP_ALL_TO_ALL_VDEV 2

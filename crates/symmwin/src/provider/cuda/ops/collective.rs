@@ -49,7 +49,7 @@ impl CudaOps {
         let bpp = grid::push_blocks_per_peer(ctx, bytes);
         p.blocks_per_peer = bpp as u32;
         p.channel = grid::first_channel(ctx, 2 * bpp)?;
-        self.launch(|k| k.all_to_all, ctx.world * bpp, THREADS, ctx, &p)
+        self.launch(|k| k.all_to_all, ctx.world * bpp, THREADS, ctx.stream, &p)
     }
 
     /// Ready handshake with every peer, one peer copy per chunk, data handshake.
@@ -109,8 +109,8 @@ impl CudaOps {
         let bpp = grid::pull_blocks_per_peer(ctx);
         p.blocks_per_peer = bpp as u32;
         p.channel = grid::first_channel(ctx, 1 + bpp)?;
-        self.launch(|k| k.a2av_plan, 1, THREADS, ctx, &p)?;
-        self.launch(|k| k.a2av_data, world * bpp, THREADS, ctx, &p)
+        self.launch(|k| k.a2av_plan, 1, THREADS, ctx.stream, &p)?;
+        self.launch(|k| k.a2av_data, world * bpp, THREADS, ctx.stream, &p)
     }
 
     pub(super) fn broadcast_from(
@@ -155,7 +155,7 @@ impl CudaOps {
         let blocks = grid::broadcast_blocks(ctx, len);
         p.blocks_per_peer = blocks as u32;
         p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.broadcast, blocks, THREADS, ctx, &p)
+        self.launch(|k| k.broadcast, blocks, THREADS, ctx.stream, &p)
     }
 
     pub(super) fn reduce_tiles(
@@ -220,7 +220,7 @@ impl CudaOps {
         let blocks = grid::tile_blocks(ctx, tile.rows * tile.cols * elem, tile.rows);
         p.blocks_per_peer = blocks as u32;
         p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.tile_reduce, blocks, THREADS, ctx, &p)
+        self.launch(|k| k.tile_reduce, blocks, THREADS, ctx.stream, &p)
     }
 
     /// One block that signals and/or waits for `peer` or every other rank on `channel`.
@@ -236,7 +236,13 @@ impl CudaOps {
         p.mode = mode;
         p.peer = peer as u32;
         p.channel = channel;
-        self.launch(|k| k.handshake, 1, grid::peer_threads(ctx.world), ctx, &p)
+        self.launch(
+            |k| k.handshake,
+            1,
+            grid::peer_threads(ctx.world),
+            ctx.stream,
+            &p,
+        )
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use cudarc::driver::sys;
 
@@ -18,6 +19,7 @@ use super::probe::PrimaryContext;
 use super::signals::{DEFAULT_OP_TIMEOUT, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
 use crate::ops::{DeviceOps, OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use crate::provider::StreamHandle;
 
 mod collective;
 mod grid;
@@ -60,30 +62,40 @@ impl CudaOps {
     /// record and the wait limit.
     fn base_params(&self, ctx: &OpContext, op: OpId) -> Result<OpsParams> {
         check_context(ctx)?;
-        let timeout = if ctx.timeout.is_zero() {
-            DEFAULT_OP_TIMEOUT
-        } else {
-            ctx.timeout
-        };
         Ok(OpsParams {
             pad_base: ctx.pads.base as u64,
             pad_stride: ctx.pads.stride as u64,
-            err: self.kernels()?.record.device,
-            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
             rank: ctx.rank as u32,
             world: ctx.world as u32,
+            ..self.local_params(op, ctx.timeout)?
+        })
+    }
+
+    /// Parameters of a kernel that knows no group (a local wait): the failure record
+    /// and the wait limit; the rank is unknown (`UNKNOWN_RANK`).
+    fn local_params(&self, op: OpId, timeout: Duration) -> Result<OpsParams> {
+        let timeout = if timeout.is_zero() {
+            DEFAULT_OP_TIMEOUT
+        } else {
+            timeout
+        };
+        Ok(OpsParams {
+            err: self.kernels()?.record.device,
+            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
+            rank: params::UNKNOWN_RANK,
+            world: 1,
             op: op as u32,
             ..OpsParams::default()
         })
     }
 
-    /// Launches `pick` with `params` on `ctx.stream`; the path allocates nothing.
+    /// Launches `pick` with `params` on `stream`; the path allocates nothing.
     fn launch(
         &self,
         pick: Pick,
         grid: usize,
         block: u32,
-        ctx: &OpContext,
+        stream: StreamHandle,
         params: &OpsParams,
     ) -> Result<()> {
         let kernels = self.kernels()?;
@@ -102,7 +114,7 @@ impl CudaOps {
                 pick(kernels),
                 grid,
                 block,
-                ctx.stream as sys::CUstream,
+                stream as sys::CUstream,
                 &mut args,
             )
         }
@@ -215,12 +227,13 @@ impl DeviceOps for CudaOps {
 
     unsafe fn wait_for_signal(
         &self,
-        ctx: &OpContext,
-        sig: &SymmBuf,
+        word: usize,
         value: u64,
         peer: usize,
+        timeout: Duration,
+        stream: StreamHandle,
     ) -> Result<()> {
-        self.wait_value(ctx, sig, value, peer)
+        self.wait_value(word, value, peer, timeout, stream)
     }
 
     unsafe fn put_signal(

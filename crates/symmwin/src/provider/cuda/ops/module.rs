@@ -10,7 +10,7 @@ use cudarc::driver::sys;
 
 use super::super::driver::{self, DriverError};
 use super::super::probe::PrimaryContext;
-use super::params::{OpId, OpsError, ERR_BAD_SPLIT, ERR_OVERFLOW, ERR_TIMEOUT};
+use super::params::{OpId, OpsError, ERR_BAD_SPLIT, ERR_OVERFLOW, ERR_TIMEOUT, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// The PTX of `kernels/ops.cu`, NUL-terminated for `cuModuleLoadData`.
@@ -226,7 +226,11 @@ fn describe(fields: &OpsError, peer: usize) -> Error {
         )),
         other => Error::invalid(format!("{op}: device failure of unknown kind {other}")),
     };
-    error.at_rank(fields.rank as usize).with_peer(peer)
+    let error = error.with_peer(peer);
+    if fields.rank == UNKNOWN_RANK {
+        return error;
+    }
+    error.at_rank(fields.rank as usize)
 }
 
 // SAFETY: the pointer is to process-wide pinned memory, read through atomics and

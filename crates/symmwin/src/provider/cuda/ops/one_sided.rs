@@ -5,7 +5,10 @@ use super::grid::{self, COPY_ENGINE_MIN_ONE_SIDED};
 use super::params::{OpId, Operand, COPY_GET, COPY_PUT, HS_SIGNAL_PEER, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
+use std::time::Duration;
+
 use crate::ops::{OpContext, SymmBuf};
+use crate::provider::StreamHandle;
 
 /// Which way `put` / `get` copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +53,7 @@ impl CudaOps {
         p.bytes = len as u64;
         p.peer = peer as u32;
         p.mode = mode;
-        self.launch(|k| k.copy, grid::copy_blocks(len), THREADS, ctx, &p)
+        self.launch(|k| k.copy, grid::copy_blocks(len), THREADS, ctx.stream, &p)
     }
 
     /// Sets the 64-bit word at `peer`'s `sig` to `value`, after everything before it on
@@ -68,27 +71,32 @@ impl CudaOps {
         p.dst_splits = Operand::of(sig);
         p.value = value;
         p.peer = peer as u32;
-        self.launch(|k| k.set_value, 1, 32, ctx, &p)
+        self.launch(|k| k.set_value, 1, 32, ctx.stream, &p)
     }
 
-    /// Waits until this rank's 64-bit word at `sig` is `value`, then zeroes it.
+    /// Waits until the 64-bit word at our address `word` is `value`, then zeroes it.
     pub(super) fn wait_value(
         &self,
-        ctx: &OpContext,
-        sig: &SymmBuf,
+        word: usize,
         value: u64,
         peer: usize,
+        timeout: Duration,
+        stream: StreamHandle,
     ) -> Result<()> {
-        check_peer(ctx, peer)?;
-        if sig.len < 8 {
-            return Err(Error::invalid("a signal word needs 8 bytes"));
+        if word == 0 {
+            return Err(Error::invalid("a signal word at address 0"));
         }
-        check_word(sig.range(ctx.rank, 0, 8)?)?;
-        let mut p = self.base_params(ctx, OpId::WaitForSignal)?;
-        p.dst_splits = Operand::of(sig);
+        check_word(word)?;
+        let mut p = self.local_params(OpId::WaitForSignal, timeout)?;
+        p.dst_splits = Operand {
+            base: word as u64,
+            stride: 0,
+            offset: 0,
+            bytes: 8,
+        };
         p.value = value;
-        p.peer = peer as u32;
-        self.launch(|k| k.wait_value, 1, 32, ctx, &p)
+        p.peer = u32::try_from(peer).map_err(|_| Error::invalid("peer exceeds u32"))?;
+        self.launch(|k| k.wait_value, 1, 32, stream, &p)
     }
 
     /// `len` bytes from our address `src` into `peer`'s `dst`, then a pad signal to
@@ -119,7 +127,7 @@ impl CudaOps {
             p.bytes = len as u64;
             p.peer = peer as u32;
             p.mode = COPY_PUT;
-            self.launch(|k| k.copy, grid::copy_blocks(len), THREADS, ctx, &p)?;
+            self.launch(|k| k.copy, grid::copy_blocks(len), THREADS, ctx.stream, &p)?;
         }
         self.handshake(ctx, &p, HS_SIGNAL_PEER, peer, 0)
     }

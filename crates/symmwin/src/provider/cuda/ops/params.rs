@@ -54,6 +54,9 @@ impl OpId {
     }
 }
 
+/// `OpsParams::rank` of a kernel that knows no group (`SYMMWIN_OPS_UNKNOWN_RANK`).
+pub(super) const UNKNOWN_RANK: u32 = u32::MAX;
+
 /// `OpsParams::mode` of the all-to-all-v kernels.
 pub(super) const A2AV_1D: u32 = 0;
 pub(super) const A2AV_2D: u32 = 1;
@@ -198,6 +201,7 @@ mod tests {
             line.split_whitespace().nth(2).unwrap().parse().unwrap()
         };
         assert_eq!(define("SYMMWIN_OPS_THREADS"), THREADS as u64);
+        assert_eq!(define("SYMMWIN_OPS_UNKNOWN_RANK"), UNKNOWN_RANK as u64);
         assert_eq!(define("SYMMWIN_OPS_MAX_SPLITS"), MAX_SPLITS as u64);
         assert_eq!(define("SYMMWIN_OPS_MAX_EXPERTS"), MAX_EXPERTS as u64);
         assert_eq!(define("SYMMWIN_OPS_MAX_ROOT_WORLD"), MAX_ROOT_WORLD as u64);
