@@ -1,6 +1,7 @@
 """One rank of a harness.run_world job: set up torch.distributed and the backend, run
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
+import importlib
 import json
 import sys
 import traceback
@@ -60,8 +61,11 @@ def main() -> int:
         symm_mem.set_backend(backend)
 
     ctx = Ctx(rank, world, device, args)
+    # "module:name" runs a scenario kept in another module of this directory.
+    module_name, _, name = scenario.rpartition(":")
+    module = importlib.import_module(module_name) if module_name else scenarios
     try:
-        result = {"ok": True, "value": getattr(scenarios, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, name)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:
