@@ -344,36 +344,53 @@ __device__ __forceinline__ int64_t split_from(const OpsParams& p, uint32_t s, ui
   return load_i64(t + i * sizeof(int64_t));
 }
 
+__shared__ int64_t plan_splits[SYMMWIN_OPS_MAX_SPLITS];
+__shared__ int64_t plan_major_len[SYMMWIN_OPS_MAX_SPLITS];
+__shared__ int64_t plan_partial[kThreads];
+
 // Before telling peers they may read our input: every split this rank sends is
-// non-negative and inside our own input.
+// non-negative and inside our own input. All threads check in parallel; only a
+// failure walks the table in order to name the first split that does not fit.
 __device__ void check_own_splits(const OpsParams& p) {
   const char* t = operand_at(p.src_splits, p.rank);
   const uint32_t n = p.world * p.experts;
   const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
-  if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const int64_t rows = load_i64(t + i * sizeof(int64_t));
+  const bool offsets = p.mode == SYMMWIN_A2AV_2D_OFFSET;
+  int64_t acc = 0;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t rows = load_i64(t + i * sizeof(int64_t));
+    if (offsets) {
       const int64_t off = load_i64(t + (n + i) * sizeof(int64_t));
       if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
         fail_bad_split(p, i % p.world, rows, off + rows, in_rows);
       }
+    } else if (rows < 0 || rows > in_rows) {
+      fail_bad_split(p, i / p.experts, rows, rows, in_rows);
     }
+    acc += rows;
+  }
+  if (offsets) {
     return;
   }
-  if (threadIdx.x == 0) {
+  plan_partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (uint32_t stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      plan_partial[threadIdx.x] += plan_partial[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && plan_partial[0] > in_rows) {
     int64_t end = 0;
     for (uint32_t i = 0; i < n; ++i) {
       const int64_t rows = load_i64(t + i * sizeof(int64_t));
-      if (rows < 0 || rows > in_rows - end) {
+      if (rows > in_rows - end) {
         fail_bad_split(p, i / p.experts, rows, end + rows, in_rows);
       }
       end += rows;
     }
   }
 }
-
-__shared__ int64_t plan_splits[SYMMWIN_OPS_MAX_SPLITS];
-__shared__ int64_t plan_major_len[SYMMWIN_OPS_MAX_SPLITS];
 
 }  // namespace
 

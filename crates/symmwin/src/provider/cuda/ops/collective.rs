@@ -89,6 +89,7 @@ impl CudaOps {
             ),
         };
         check_var_geometry(args, world, shape, in_table)?;
+        check_thread_per_peer(ctx, "all_to_all_vdev")?;
         let row_bytes = args.rows.row_bytes;
         let mut p = self.base_params(ctx, op)?;
         p.src = Operand {
@@ -152,6 +153,7 @@ impl CudaOps {
             self.copy_engine(ctx, dst, src, len)?;
             return self.handshake(ctx, &p, HS_SIGNAL_PEER, root, ch + 1);
         }
+        check_thread_per_peer(ctx, "broadcast")?;
         let blocks = grid::broadcast_blocks(ctx, len);
         p.blocks_per_peer = blocks as u32;
         p.channel = grid::first_channel(ctx, 2 * blocks)?;
@@ -210,6 +212,7 @@ impl CudaOps {
                 out.len
             )));
         }
+        check_thread_per_peer(ctx, "tile_reduce")?;
         let elem = tile.elem.size();
         p.src = Operand::of(&ins[mine.unwrap_or(0)]);
         p.dst = Operand::of(out);
@@ -244,6 +247,17 @@ impl CudaOps {
             &p,
         )
     }
+}
+
+/// Kernels that give every peer one thread of a block need `world <= THREADS`.
+fn check_thread_per_peer(ctx: &OpContext, op: &str) -> Result<()> {
+    if ctx.world <= THREADS as usize {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{op} on CUDA supports world sizes up to {THREADS}, got {}",
+        ctx.world
+    )))
 }
 
 fn dtype_code(elem: ElemType) -> u32 {
