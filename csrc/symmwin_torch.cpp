@@ -8,6 +8,8 @@
 
 #include <symmwin.h>
 
+#include "symmwin_ops.h"
+
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -240,6 +242,10 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
 
   const SymmwinWindowInfo& info() const {
     return info_;
+  }
+
+  SymmwinWindow* window() const {
+    return window_.get();
   }
 
   std::vector<void*> get_buffer_ptrs() override {
@@ -532,6 +538,12 @@ std::string probe() {
 }
 
 } // namespace
+
+SymmwinWindow* symmwin_torch::window_of(
+    const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+  auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get());
+  return ours == nullptr ? nullptr : ours->window();
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";

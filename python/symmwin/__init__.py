@@ -55,6 +55,8 @@ HOST_BACKEND = "SYMMWIN_HOST"
 
 _C.register()
 
+from . import ops  # noqa: E402  (registers nothing new: torch.ops.symmwin lives in _C)
+
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
     """Return ``(base, stride)`` of a rendezvous handle.
