@@ -160,6 +160,7 @@ def engines(ctx):
                 assert bool((inp == root + 1).all()), ("broadcast", engine, per_peer, root)
             for peer in range(W):
                 out.fill_(me)
+                torch.cuda.synchronize()  # gloo's barrier does not wait for the stream
                 dist.barrier()
                 ops.get(out, peer, engine=engine)
                 assert bool((out == peer).all()), ("get", engine, per_peer, peer)

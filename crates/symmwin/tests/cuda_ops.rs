@@ -265,7 +265,9 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
                 if got.iter().any(|&b| b != peer as u8) {
                     failures.push(format!("get {engine} {per_peer} from {peer}"));
                 }
+                // Nobody overwrites its buffer while a peer may still be reading it.
                 out.barrier(0, None, 0).unwrap();
+                out.synchronize(0).unwrap();
             }
         }
     }
