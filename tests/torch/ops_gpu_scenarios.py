@@ -171,8 +171,8 @@ def engines(ctx):
     for engine in ("sm", "copy_engine"):
         buf = _sym(ctx, (1 << 18,), torch.float32)
         buf.fill_(me)
-        dist.barrier()
         torch.cuda.synchronize()
+        dist.barrier()
         ops.put(buf, (me + 1) % W, engine=engine)
         torch.cuda.synchronize()
         dist.barrier()
