@@ -167,16 +167,18 @@ def engines(ctx):
                 dist.barrier()
             del inp, out
             done.append((engine, per_peer))
-    # put: everyone writes its rank into the next rank's buffer.
+    # put: every rank sends its own buffer (one per rank, so no put lands in a buffer
+    # that is still being sent) into the next rank's copy of it.
     for engine in ("sm", "copy_engine"):
-        buf = _sym(ctx, (1 << 18,), torch.float32)
-        buf.fill_(me)
+        bufs = [_sym(ctx, (1 << 18,), torch.float32) for _ in range(W)]
+        bufs[me].fill_(me)
         torch.cuda.synchronize()
         dist.barrier()
-        ops.put(buf, (me + 1) % W, engine=engine)
+        ops.put(bufs[me], (me + 1) % W, engine=engine)
         torch.cuda.synchronize()
         dist.barrier()
-        assert bool((buf == (me - 1) % W).all()), ("put", engine)
+        prev = (me - 1) % W
+        assert bool((bufs[prev] == prev).all()), ("put", engine)
         done.append((engine, "put"))
     return len(done)
 
