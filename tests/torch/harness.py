@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +44,18 @@ class WorldFailed(AssertionError):
     pass
 
 
-def run_world(
+@dataclass
+class RankOutcome:
+    """How one rank ended: its exit code (negative: killed by that signal), its
+    scenario result (None when it wrote none) and its combined stdout/stderr."""
+
+    rank: int
+    returncode: int | None
+    result: dict | None
+    output: str
+
+
+def run_ranks(
     world: int,
     scenario: str,
     *,
@@ -51,13 +63,10 @@ def run_world(
     args: dict | None = None,
     timeout: float = 90.0,
     env: dict[str, str] | None = None,
-) -> list:
-    """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
-
-    `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
-    rank). Raises WorldFailed with every rank's error and output if any rank raised,
-    exited non-zero or ran past `timeout`.
-    """
+) -> tuple[list[RankOutcome], bool]:
+    """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1 and return how each ended,
+    and whether the world ran past `timeout` (its stragglers are killed). Raises
+    nothing: tests of failures judge the outcomes themselves."""
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="symmwin-test-") as tmp:
         tmp = Path(tmp)
@@ -92,22 +101,42 @@ def run_world(
                     p.kill()
                     p.wait()
 
-        values, problems = [], []
+        outcomes = []
         for rank, (p, log) in enumerate(zip(procs, logs)):
             log.seek(0)
             output = log.read()
             log.close()
             result_file = tmp / f"{rank}.json"
             result = json.loads(result_file.read_text()) if result_file.exists() else None
-            if result is not None and result["ok"]:
-                values.append(result["value"])
-            else:
-                values.append(None)
-            if result is None or not result["ok"] or p.returncode != 0:
-                what = result["error"] if result and not result["ok"] else "no result"
-                problems.append(f"--- rank {rank}: exit {p.returncode}\n{what}\n--- output:\n{output[-4000:]}")
-        if timed_out or problems:
-            head = f"scenario {scenario} (world {world}, {device})"
-            head += f" timed out after {timeout:.0f}s" if timed_out else " failed"
-            raise WorldFailed(head + "\n" + "\n".join(problems))
-        return values
+            outcomes.append(RankOutcome(rank, p.returncode, result, output))
+        return outcomes, timed_out
+
+
+def run_world(
+    world: int,
+    scenario: str,
+    *,
+    device: str = "cpu",
+    args: dict | None = None,
+    timeout: float = 90.0,
+    env: dict[str, str] | None = None,
+) -> list:
+    """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
+
+    `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
+    rank). Raises WorldFailed with every rank's error and output if any rank raised,
+    exited non-zero or ran past `timeout`.
+    """
+    outcomes, timed_out = run_ranks(world, scenario, device=device, args=args, timeout=timeout, env=env)
+    values, problems = [], []
+    for o in outcomes:
+        result = o.result
+        values.append(result["value"] if result is not None and result["ok"] else None)
+        if result is None or not result["ok"] or o.returncode != 0:
+            what = result["error"] if result and not result["ok"] else "no result"
+            problems.append(f"--- rank {o.rank}: exit {o.returncode}\n{what}\n--- output:\n{o.output[-4000:]}")
+    if timed_out or problems:
+        head = f"scenario {scenario} (world {world}, {device})"
+        head += f" timed out after {timeout:.0f}s" if timed_out else " failed"
+        raise WorldFailed(head + "\n" + "\n".join(problems))
+    return values

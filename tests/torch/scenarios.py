@@ -8,6 +8,9 @@ Device-generic unless named gpu_*: ctx.device is "cpu" (SYMMWIN_HOST) or "cuda:<
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -76,8 +79,9 @@ def basic(ctx):
 
 
 def signals(ctx):
-    """put_signal / wait_signal in a ring, barriers on several channels, and a wait
-    that times out."""
+    """put_signal / wait_signal in a ring, barriers on several channels, and (host
+    memory) a wait that times out. A device-side timeout traps and loses the CUDA
+    context, so test_device_timeouts.py runs those in worlds of their own."""
     t = symm_mem.empty(64, device=ctx.device)
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
@@ -87,15 +91,12 @@ def signals(ctx):
     for channel in range(4):
         hdl.barrier(channel=channel, timeout_ms=10000)
     ctx.sync()
+    if ctx.is_cuda:
+        return {"timeout_message": None, "peer": prv}
 
-    # Nobody signals channel 7; every rank waits on its previous rank and times out.
-    # A device-side timeout is asynchronous and surfaces at the next launch.
-    def timed_wait():
-        hdl.wait_signal(prv, channel=7, timeout_ms=300)
-        ctx.sync()
-        hdl.barrier(channel=1)
-
-    timeout_message = _raises(timed_wait)
+    # Nobody signals channel 7; every rank waits on its previous rank and times out,
+    # raising from the call itself (host memory).
+    timeout_message = _raises(hdl.wait_signal, prv, channel=7, timeout_ms=300)
     # The window keeps working afterwards.
     hdl.barrier(channel=2)
     ctx.sync()
@@ -379,3 +380,151 @@ def gpu_ops(ctx):
 
 # The ops scenarios (torch.ops.symmwin.*) live in their own module.
 from ops_scenarios import a2a_2d, a2a_vdev, bad_input, host_sized, one_sided, soak, tiles  # noqa: E402,F401
+
+# ---------------------------------------------------------------------------
+# Device-side timeouts (CUDA). A wait that times out traps: torch's next synchronize
+# raises, the CUDA context is lost, and the next symmwin call raises symmwin's error
+# naming the op, channel and peers. Each rank that saw one leaves with os._exit.
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line for line in str(e).splitlines() if line.strip()), repr(e))
+
+
+def _timed_op(hdl, op: str, peer: int, timeout_ms: int) -> None:
+    """Start `op` waiting for `peer` on channel 1; `put_signal` signals twice, so the
+    second waits for a slot the peer never clears."""
+    if op == "barrier":
+        hdl.barrier(channel=1, timeout_ms=timeout_ms)
+    elif op == "wait_signal":
+        hdl.wait_signal(peer, channel=1, timeout_ms=timeout_ms)
+    elif op == "put_signal":
+        hdl.put_signal(peer, channel=1, timeout_ms=timeout_ms)
+        hdl.put_signal(peer, channel=1, timeout_ms=timeout_ms)
+    else:
+        raise ValueError(op)
+
+
+def _after_device_timeout(ctx, hdl, start: float) -> dict:
+    """What a rank sees once its device wait timed out: torch's synchronize error, how
+    long after `start` it came, and the errors of the next symmwin calls."""
+    out = {"rank": ctx.rank}
+    try:
+        torch.cuda.synchronize()
+        out["sync_error"] = None
+    except RuntimeError as e:
+        out["sync_error"] = f"{type(e).__name__}: {_first_line(e)}"
+    out["raised_after_s"] = round(time.monotonic() - start, 3)
+    try:
+        hdl.barrier(channel=2, timeout_ms=1000)
+        out["next_call_error"] = None
+    except RuntimeError as e:
+        out["next_call_error"] = _first_line(e)
+    try:
+        _p2p(ctx, 16)
+        out["alloc_error"] = None
+    except RuntimeError as e:
+        out["alloc_error"] = _first_line(e)
+    # The context is lost and peers may be dead: no teardown, as a user's program would.
+    ctx.exit_code = 0
+    return out
+
+
+def _ready_window(ctx):
+    t = symm_mem.empty(64, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    hdl.barrier(channel=0)
+    ctx.sync()
+    dist.barrier()
+    return hdl
+
+
+def gpu_timeout_killed_peer(ctx):
+    """The last rank is SIGKILLed while the others wait for it in args["op"]."""
+    op, timeout_ms = ctx.args["op"], ctx.args["timeout_ms"]
+    victim = ctx.world - 1
+    hdl = _ready_window(ctx)
+    if ctx.rank == victim:
+        time.sleep(0.5)  # the others are waiting for us by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    _timed_op(hdl, op, victim, timeout_ms)
+    return _after_device_timeout(ctx, hdl, start)
+
+
+def gpu_timeout_alone(ctx):
+    """torch's negative tests: only rank 0 calls args["op"] (timeout_ms 1000), waiting
+    for rank 1, which never takes part."""
+    hdl = _ready_window(ctx)
+    if ctx.rank != 0:
+        ctx.exit_code = 0
+        return {"rank": ctx.rank, "idle": True}
+    start = time.monotonic()
+    _timed_op(hdl, ctx.args["op"], 1, 1000)
+    return _after_device_timeout(ctx, hdl, start)
+
+
+def _graph_of(fn):
+    """`fn` captured in a CUDA graph, after one eager warm-up on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def gpu_timeout_in_replay(ctx):
+    """A captured barrier replays fine on both ranks, then rank 0 replays it alone: the
+    timeout surfaces at its next synchronize."""
+    hdl = _ready_window(ctx)
+    graph = _graph_of(lambda: hdl.barrier(channel=1, timeout_ms=1000))
+    graph.replay()
+    ctx.sync()
+    dist.barrier()
+    if ctx.rank != 0:
+        ctx.exit_code = 0
+        return {"rank": ctx.rank, "idle": True}
+    start = time.monotonic()
+    graph.replay()
+    return _after_device_timeout(ctx, hdl, start)
+
+
+def gpu_signal_soak(ctx):
+    """args["rounds"] rounds of barrier + put/wait in a ring, eager and then as CUDA
+    graph replays, all in time: nothing may raise."""
+    rounds, per_graph, limit = ctx.args["rounds"], 100, 10000
+    hdl = _ready_window(ctx)
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+
+    def run(n):
+        for i in range(n):
+            hdl.barrier(channel=i % 4, timeout_ms=limit)
+            hdl.put_signal(nxt, channel=4 + i % 4, timeout_ms=limit)
+            hdl.wait_signal(prv, channel=4 + i % 4, timeout_ms=limit)
+
+    start = time.monotonic()
+    run(rounds)
+    ctx.sync()
+    eager_s = time.monotonic() - start
+    graph = _graph_of(lambda: run(per_graph))
+    replays = max(1, rounds // per_graph)
+    start = time.monotonic()
+    for _ in range(replays):
+        graph.replay()
+    ctx.sync()
+    graph_s = time.monotonic() - start
+    hdl.barrier(channel=0)
+    ctx.sync()
+    pad = hdl.get_signal_pad(ctx.rank, (symm_mem.get_signal_pad_size() // 4,), torch.int32)
+    return {
+        "eager_rounds": rounds,
+        "graph_rounds": replays * per_graph,
+        "eager_s": round(eager_s, 2),
+        "graph_s": round(graph_s, 2),
+        "pad_zero_at_rest": bool((pad == 0).all()),
+    }

@@ -1,8 +1,10 @@
 """One rank of a harness.run_world job: set up torch.distributed and the backend, run
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
+import ctypes
 import importlib
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -17,6 +19,9 @@ class Ctx:
     args: dict
     # Objects a scenario wants alive at interpreter exit.
     keep: list = field(default_factory=list)
+    # Set by a scenario whose process cannot tear down normally (a lost CUDA context,
+    # a dead peer): the worker writes the result, then leaves with os._exit(exit_code).
+    exit_code: int | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -70,6 +75,13 @@ def main() -> int:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:
         json.dump(result, f)
+    if ctx.exit_code is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # C stdio too: the CUDA driver writes device printf output through it, and
+        # os._exit skips its buffers.
+        ctypes.CDLL(None).fflush(None)
+        os._exit(ctx.exit_code)
 
     if result["ok"] and not ctx.keep:
         dist.barrier()

@@ -84,6 +84,11 @@ typedef enum {
    * A bug: a panic was caught at the boundary.
    */
   SYMMWIN_PANIC = 8,
+  /**
+   * A device-side wait timed out and trapped: the CUDA context is lost and the
+   * process must exit. The last error names the op, channel and peers.
+   */
+  SYMMWIN_CONTEXT_LOST = 9,
 } SymmwinStatus;
 
 /**
@@ -329,7 +334,9 @@ SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size
 
 /**
  * Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
- * memory). `timeout_ms` 0 uses the configured timeout.
+ * memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
+ * on the device). On the device a wait that runs out traps: the stream's next
+ * synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
  */
 SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
                                      int channel,

@@ -46,6 +46,9 @@ pub enum SymmwinStatus {
     SymmwinError = 7,
     /// A bug: a panic was caught at the boundary.
     SymmwinPanic = 8,
+    /// A device-side wait timed out and trapped: the CUDA context is lost and the
+    /// process must exit. The last error names the op, channel and peers.
+    SymmwinContextLost = 9,
 }
 
 use SymmwinStatus::*;
@@ -98,6 +101,7 @@ fn status_of(err: &symmwin::Error) -> SymmwinStatus {
         ErrorKind::Mismatch { .. } => SymmwinMismatch,
         ErrorKind::PeerLost(_) => SymmwinPeerLost,
         ErrorKind::NoDriver(_) => SymmwinNoDriver,
+        ErrorKind::ContextLost(_) => SymmwinContextLost,
         _ => SymmwinError,
     }
 }
@@ -129,6 +133,10 @@ fn config() -> symmwin::Result<Config> {
 }
 
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
+    if device >= 0 {
+        // After a device wait trapped, say so before anything touches the lost context.
+        symmwin::provider::cuda::check_context()?;
+    }
     let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
@@ -453,7 +461,9 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
 }
 
 /// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the configured timeout.
+/// memory). `timeout_ms` 0 uses the configured timeout (`SYMMWIN_TIMEOUT_MS`, else 60 s
+/// on the device). On the device a wait that runs out traps: the stream's next
+/// synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_barrier(
     w: *const SymmwinWindow,

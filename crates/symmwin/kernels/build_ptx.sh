@@ -1,30 +1,56 @@
 #!/usr/bin/env bash
-# Regenerates kernels/*.ptx from kernels/*.cu. Run it on a machine with nvcc
-# (CUDA 13.0) and commit the result: the crate embeds the PTX, so installing symmwin
-# needs no CUDA toolkit.
+# Regenerates the committed PTX of every kernel file (kernels/<name>.cu ->
+# kernels/<name>.ptx). Run it on a machine with nvcc (CUDA 13.0) and commit the result:
+# the crate embeds the PTX, so installing symmwin needs no CUDA toolkit.
+#
+# Kernel files include shared device headers from this directory (wait.cuh: timed waits
+# that report and trap); each .cu is compiled on its own into one self-contained module.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NVCC="${NVCC:-nvcc}"
 
-# build NAME ENTRY...: NAME.cu -> NAME.ptx, checking that every ENTRY is in it.
+# name: the entry points its PTX must define.
+declare -A entries=(
+  [signal]="symmwin_barrier symmwin_put_signal symmwin_wait_signal"
+  [ops]="symmwin_ops_all_to_all symmwin_ops_a2av_plan symmwin_ops_a2av_data symmwin_ops_broadcast symmwin_ops_copy symmwin_ops_set_value symmwin_ops_wait_value symmwin_ops_handshake symmwin_ops_tile_reduce"
+)
+
+# The only outside function a module may call: device printf, which the driver's JIT
+# resolves at cuModuleLoadData. Anything else would fail to load without a linker.
+allowed_extern='vprintf'
+ptxas="$(dirname "$(command -v "$NVCC")")/ptxas"
+
 build() {
-  local name="$1"
-  shift
+  local name="$1" src="$here/$1.cu" tmp="$here/$1.ptx.tmp"
   # compute_90 PTX: the driver JIT-compiles it for sm_90 and any newer architecture.
-  # No -rdc: the kernels are self-contained and must load with cuModuleLoadData alone.
-  "$NVCC" -ptx -arch=compute_90 -O3 -o "$here/$name.ptx.tmp" "$here/$name.cu"
-  for entry in "$@"; do
-    if ! grep -q "\.entry ${entry}(" "$here/$name.ptx.tmp"; then
-      echo "build_ptx.sh: ${entry} missing from the generated PTX" >&2
-      rm -f "$here/$name.ptx.tmp"
+  # No -rdc: the module must load with cuModuleLoadData alone.
+  "$NVCC" -ptx -arch=compute_90 -O3 -I "$here" -o "$tmp" "$src"
+  for entry in ${entries[$name]}; do
+    if ! grep -q "\.entry ${entry}(" "$tmp"; then
+      echo "build_ptx.sh: ${entry} missing from the PTX of $name.cu" >&2
+      rm -f "$tmp"
       exit 1
     fi
   done
-  mv "$here/$name.ptx.tmp" "$here/$name.ptx"
-  echo "wrote $here/$name.ptx ($("$NVCC" --version | tail -n 1))"
+  local externs
+  externs="$(grep -oE '^\.extern \.func +(\([^)]*\) +)?[A-Za-z_][A-Za-z0-9_]*' "$tmp" |
+    awk '{print $NF}' | grep -vxE "$allowed_extern" || true)"
+  if [[ -n "$externs" ]]; then
+    echo "build_ptx.sh: $name.cu calls functions outside its module: $externs" >&2
+    rm -f "$tmp"
+    exit 1
+  fi
+  # What cuModuleLoadData will do: assemble the module alone, with nothing to link.
+  if [[ -x "$ptxas" ]] && ! "$ptxas" -arch=sm_90 -o /dev/null "$tmp"; then
+    echo "build_ptx.sh: the PTX of $name.cu does not assemble on its own" >&2
+    rm -f "$tmp"
+    exit 1
+  fi
+  mv "$tmp" "$here/$name.ptx"
+  echo "wrote $here/$name.ptx"
 }
 
-build signal symmwin_barrier symmwin_put_signal symmwin_wait_signal
-build ops symmwin_ops_all_to_all symmwin_ops_a2av_plan symmwin_ops_a2av_data \
-  symmwin_ops_broadcast symmwin_ops_copy symmwin_ops_set_value symmwin_ops_wait_value \
-  symmwin_ops_handshake symmwin_ops_tile_reduce
+for name in "${!entries[@]}"; do
+  build "$name"
+done
+"$NVCC" --version | tail -n 1

@@ -2,10 +2,17 @@
 //!
 //! | variable | default | meaning |
 //! | --- | --- | --- |
-//! | `SYMMWIN_TIMEOUT_MS` | `60000` | how long a rendezvous or host-side wait waits for peers |
+//! | `SYMMWIN_TIMEOUT_MS` | `60000` | how long a wait given no limit of its own waits for peers: rendezvous, host-side and device-side waits |
 //! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
 //! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
 //! | `SYMMWIN_LOG` | `warn` | log filter (tracing `EnvFilter` syntax) |
+//!
+//! One rule for every wait: an explicit timeout (`timeout_ms` > 0) is the limit. A wait
+//! without one (`timeout_ms` 0, torch's default) uses `SYMMWIN_TIMEOUT_MS` when it is
+//! set. When it is not, the rendezvous and host-side waits use the group's timeout, and
+//! device-side waits use [`DEFAULT_DEVICE_TIMEOUT`] (60 s): a device wait that runs out
+//! traps and loses the CUDA context, so its limit says how long a missing peer may hang
+//! the GPU before the job is told which rank it is.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,6 +49,9 @@ impl std::str::FromStr for HandlePreference {
 pub struct Config {
     /// Upper bound on any wait for peers.
     pub timeout: Duration,
+    /// Limit of a device-side wait given none (`SYMMWIN_TIMEOUT_MS`, else
+    /// [`DEFAULT_DEVICE_TIMEOUT`]).
+    pub device_timeout: Duration,
     /// CUDA handle type choice.
     pub handle: HandlePreference,
     /// Directory holding the exchange sockets; created `0700` if missing.
@@ -51,10 +61,14 @@ pub struct Config {
 /// Default wait for peers.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default limit of a device-side wait (barrier, put_signal, wait_signal, device ops)
+/// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
+pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Config {
     /// Read the environment. Bad values are errors, not silently ignored.
     pub fn from_env() -> Result<Self> {
-        let timeout = match std::env::var("SYMMWIN_TIMEOUT_MS") {
+        let configured = match std::env::var("SYMMWIN_TIMEOUT_MS") {
             Ok(v) => {
                 let ms: u64 = v.trim().parse().map_err(|_| {
                     Error::invalid(format!("SYMMWIN_TIMEOUT_MS={v:?} is not a number"))
@@ -62,10 +76,12 @@ impl Config {
                 if ms == 0 {
                     return Err(Error::invalid("SYMMWIN_TIMEOUT_MS must be positive"));
                 }
-                Duration::from_millis(ms)
+                Some(Duration::from_millis(ms))
             }
-            Err(_) => DEFAULT_TIMEOUT,
+            Err(_) => None,
         };
+        let timeout = configured.unwrap_or(DEFAULT_TIMEOUT);
+        let device_timeout = configured.unwrap_or(DEFAULT_DEVICE_TIMEOUT);
         let handle = match std::env::var("SYMMWIN_HANDLE_TYPE") {
             Ok(v) => v.parse()?,
             Err(_) => HandlePreference::Auto,
@@ -76,6 +92,7 @@ impl Config {
         };
         Ok(Config {
             timeout,
+            device_timeout,
             handle,
             socket_dir,
         })
@@ -94,6 +111,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             timeout: DEFAULT_TIMEOUT,
+            device_timeout: DEFAULT_DEVICE_TIMEOUT,
             handle: HandlePreference::Auto,
             socket_dir: default_socket_dir(),
         }

@@ -113,6 +113,10 @@ pub enum ErrorKind {
     /// The requested configuration cannot be honoured (e.g. fabric handles without IMEX).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A device-side wait timed out and its kernel trapped: the CUDA context is lost and
+    /// the process must exit. Reported by every later call that reaches the device.
+    #[error("{0}")]
+    ContextLost(Box<crate::device_timeout::DeviceTimeout>),
 }
 
 /// An error with the context needed to act on it in a multi-process job.
@@ -185,6 +189,12 @@ impl Error {
     /// True when the error is a timeout waiting for peers.
     pub fn is_timeout(&self) -> bool {
         matches!(self.kind, ErrorKind::Timeout { .. })
+    }
+
+    /// True when a device-side wait timed out earlier and trapped: nothing on the device
+    /// works any more in this process, which must exit.
+    pub fn is_context_lost(&self) -> bool {
+        matches!(self.kind, ErrorKind::ContextLost(_))
     }
 }
 

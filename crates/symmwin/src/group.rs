@@ -46,6 +46,8 @@ pub(crate) struct GroupShared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) namespace: Namespace,
     pub(crate) timeout: Duration,
+    /// Limit of a device-side wait given none (see `config`).
+    pub(crate) device_timeout: Duration,
     pub(crate) host: String,
     pub(crate) pads: Arc<PadPools>,
     /// Rendezvous of one group are collective and ordered, so they run one at a time.
@@ -121,6 +123,7 @@ impl Group {
                 provider,
                 store,
                 timeout: config.timeout,
+                device_timeout: config.device_timeout,
                 host,
                 pads: Arc::default(),
                 state: Mutex::new(GroupState {

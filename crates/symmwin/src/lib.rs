@@ -31,6 +31,7 @@
 
 pub mod allocation;
 pub mod config;
+pub mod device_timeout;
 pub mod error;
 pub mod exchange;
 pub mod group;
@@ -48,6 +49,7 @@ pub mod window;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};
+pub use device_timeout::DeviceTimeout;
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use group::{Group, GroupSpec};
 pub use layout::FlatLayout;

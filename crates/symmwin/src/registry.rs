@@ -95,6 +95,8 @@ impl Registry {
         };
         let key = (alloc.id(), group.name().to_owned());
         if let Some(w) = lock(&self.windows).get(&key) {
+            // A cached window skips the provider; a lost device context must still show.
+            w.check_errors()?;
             return Ok(Some((w.clone(), offset)));
         }
         let window = group.rendezvous_with_pads(&alloc, pad_size)?;

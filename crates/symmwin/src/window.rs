@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, Signals, Span, StreamHandle, Table};
+use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, StreamHandle, Table};
 use crate::signal::pool::PadLease;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
@@ -202,13 +202,19 @@ impl Window {
         })
     }
 
-    /// The group's configured wait limit.
+    /// The configured wait limit of this window's provider (the device-wait limit for
+    /// CUDA memory).
     pub(crate) fn group_timeout(&self) -> Duration {
-        self.inner.group.timeout
+        self.timeout(None)
     }
 
+    /// The limit of a signal operation given `timeout` (None: the configured one).
     fn timeout(&self, timeout: Option<Duration>) -> Duration {
-        timeout.unwrap_or(self.inner.group.timeout)
+        let group = &self.inner.group;
+        timeout.unwrap_or(match group.provider.info().kind {
+            ProviderKind::Cuda => group.device_timeout,
+            ProviderKind::Host => group.timeout,
+        })
     }
 
     /// Run one signal operation of the provider on this window's pads.
@@ -259,8 +265,9 @@ impl Window {
         self.signal_op(timeout, |s, pads, t| s.wait(pads, src, channel, t, stream))
     }
 
-    /// Report a device-side signal timeout recorded since the last check (device
-    /// operations are asynchronous, so their timeouts surface here or at the next one).
+    /// Fails with [`crate::ErrorKind::ContextLost`] once a device-side wait of this
+    /// process has timed out and trapped (device operations are asynchronous: the call
+    /// that launched the wait has returned by then).
     pub fn check_errors(&self) -> Result<()> {
         self.inner
             .group
@@ -270,7 +277,8 @@ impl Window {
             .map_err(|e| e.at_rank(self.rank()))
     }
 
-    /// Wait for the signal operations enqueued on `stream`, then report any timeout.
+    /// Wait for the signal operations enqueued on `stream`; a device-side timeout among
+    /// them fails as [`crate::ErrorKind::ContextLost`].
     pub fn synchronize(&self, stream: StreamHandle) -> Result<()> {
         self.inner
             .group

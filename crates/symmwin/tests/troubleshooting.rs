@@ -153,3 +153,26 @@ fn size_mismatch() {
         );
     }
 }
+
+#[test]
+fn device_wait_timed_out() {
+    // The error every symmwin call raises after a device wait trapped, built from the
+    // record the kernel leaves (the GPU tests produce it for real: timeout_tests.rs).
+    let timeout = symmwin::DeviceTimeout {
+        op: "barrier",
+        channel: 1,
+        rank: 0,
+        missing: vec![3],
+        unlisted: 0,
+        waited: Duration::from_micros(5_000_212),
+        limit: Duration::from_secs(5),
+    };
+    let err = symmwin::Error::new(
+        symmwin::Phase::Signal,
+        symmwin::ErrorKind::ContextLost(Box::new(timeout)),
+    )
+    .at_rank(0)
+    .with_peer(3);
+    assert!(err.is_context_lost());
+    assert_quoted(&err.to_string());
+}

@@ -167,11 +167,13 @@ impl PadView {
 /// the slot for (`channel`, `src`) in the receiver's pad is `channel * world + src`;
 /// put is a CAS 0 -> 1 with release, wait a CAS 1 -> 0 with acquire.
 ///
-/// Host implementations wait before returning. Device implementations enqueue a
-/// kernel on `stream` and return; a device-side timeout is recorded and reported by
-/// the next operation of the same provider or by [`Signals::check_errors`].
+/// Host implementations wait before returning and report a timeout from the call.
+/// Device implementations enqueue a kernel on `stream` and return; a kernel whose wait
+/// times out records who waited for whom and traps, so the stream's next
+/// synchronization fails, and every later operation of the provider (and
+/// [`Signals::check_errors`]) reports [`crate::ErrorKind::ContextLost`].
 pub trait Signals: Send + Sync {
-    /// Report a timeout recorded by an earlier device-side operation, once.
+    /// Report a timeout recorded by an earlier device-side operation.
     fn check_errors(&self) -> Result<()> {
         Ok(())
     }

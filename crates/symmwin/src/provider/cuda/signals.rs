@@ -2,12 +2,13 @@
 //!
 //! The kernels (`kernels/signal.cu`) ship as PTX embedded in the crate and are loaded
 //! with `cuModuleLoadData`, lazily, once per provider. A wait that times out on the
-//! device writes a record into host-mapped pinned memory and returns; the host turns
-//! that record into [`ErrorKind::Timeout`] at the next launch or [`CudaSignals::check_errors`].
+//! device writes a record into host-mapped pinned memory and traps (`kernels/wait.cuh`),
+//! so the stream's next synchronization fails; the host turns that record into
+//! [`ErrorKind::ContextLost`] at every later call (see `timeout_record.rs`).
 
 use std::borrow::Cow;
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use cudarc::driver::sys;
 
 use super::driver::{self, DriverError, PhaseExt};
 use super::probe::PrimaryContext;
+use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{PadView, Signals, StreamHandle};
 
@@ -22,24 +24,11 @@ use crate::provider::{PadView, Signals, StreamHandle};
 const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
 
 /// Wait used when a caller passes a zero timeout, unless changed with
-/// [`CudaSignals::set_default_timeout`].
-pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`CudaSignals::set_default_timeout`]: the configured device-wait default.
+pub const DEFAULT_OP_TIMEOUT: Duration = crate::config::DEFAULT_DEVICE_TIMEOUT;
 
 /// Largest world a barrier supports: one thread per peer in a single block.
 pub const MAX_WORLD: usize = 1024;
-
-/// Bit 31 of the error word marks a timeout record; the low bits hold the peer.
-const ERROR_FLAG: u32 = 1 << 31;
-
-/// Layout shared with `report_timeout` in `signal.cu`.
-#[repr(C)]
-struct ErrorRecord {
-    /// `ERROR_FLAG | peer`, or 0 when nothing timed out.
-    word: AtomicU32,
-    _pad: u32,
-    /// How long the device waited, in nanoseconds; written before `word`.
-    waited_ns: AtomicU64,
-}
 
 /// True when the embedded PTX holds kernels rather than the placeholder.
 pub fn kernels_built() -> bool {
@@ -127,14 +116,16 @@ impl CudaSignals {
             .store(duration_ns(timeout).max(1), Ordering::Relaxed);
     }
 
-    /// Reports (once) a device-side timeout recorded since the last check.
+    /// Fails with [`ErrorKind::ContextLost`] once a device-side wait of this process
+    /// has timed out (and trapped), at every call from then on.
     ///
-    /// Device waits are asynchronous, so a timeout surfaces here or at the next launch,
-    /// not from the call that launched the kernel.
+    /// Device waits are asynchronous: the launching call returns before the kernel
+    /// times out, and the stream's next synchronization fails with the driver's generic
+    /// error; this check is what names the op, channel and peers.
     pub fn check_errors(&self) -> Result<()> {
         match self.kernels.get() {
-            Some(Ok(kernels)) => kernels.record.take(),
-            _ => Ok(()),
+            Some(Ok(kernels)) => kernels.record.check(),
+            _ => timeout_record::check_context(),
         }
     }
 
@@ -153,25 +144,34 @@ impl CudaSignals {
         }
     }
 
-    /// Launches `function` with `params`; the hot path allocates and formats nothing.
+    /// Launches the kernel of `op` with `params`; the hot path allocates and formats
+    /// nothing.
     #[inline]
     fn launch(
         &self,
-        pick: fn(&Kernels) -> sys::CUfunction,
+        op: WaitOp,
         block: u32,
         stream: StreamHandle,
         params: &mut [*mut c_void],
     ) -> Result<()> {
         let kernels = self.kernels()?;
-        kernels.record.take()?;
+        kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
         // SAFETY: `params` matches the kernel's parameter list (built by the callers
         // below from the signature in signal.cu); the function belongs to a module of
         // this context, which is current; the pad addresses were bounds-checked, and the
-        // error record lives as long as the module. The stream is the caller's, on this
+        // timeout record lives as long as the module. The stream is the caller's, on this
         // device (0 is the legacy default stream).
-        unsafe { driver::launch_kernel(pick(kernels), 1, block, stream as sys::CUstream, params) }
-            .phase(Phase::Signal)
+        unsafe {
+            driver::launch_kernel(
+                kernels.function(op),
+                1,
+                block,
+                stream as sys::CUstream,
+                params,
+            )
+        }
+        .phase(Phase::Signal)
     }
 }
 
@@ -181,12 +181,14 @@ impl Signals for CudaSignals {
     }
 
     fn synchronize(&self, stream: StreamHandle) -> Result<()> {
-        {
-            let _guard = self.ctx.enter().phase(Phase::Signal)?;
+        let synced = self.ctx.enter().phase(Phase::Signal).and_then(|_guard| {
             // SAFETY: the stream is the caller's, live on this device (0: legacy default).
-            unsafe { driver::stream_synchronize(stream as sys::CUstream) }.phase(Phase::Signal)?;
-        }
-        self.check_errors()
+            unsafe { driver::stream_synchronize(stream as sys::CUstream) }.phase(Phase::Signal)
+        });
+        // After a trap the driver only says "unspecified launch failure": the record
+        // says who waited for whom.
+        self.check_errors()?;
+        synced
     }
 
     fn barrier(
@@ -200,19 +202,16 @@ impl Signals for CudaSignals {
         if pads.world == 1 {
             return self.check_errors();
         }
-        let mut timeout_ns = self.timeout_ns(timeout);
-        let mut err = self.error_address()?;
+        let mut report = self.wait_report(WaitOp::Barrier, args.rank, timeout)?;
         let block = args.world.div_ceil(32) * 32;
         let mut params = [
             arg(&mut args.base),
             arg(&mut args.stride),
-            arg(&mut args.rank),
             arg(&mut args.world),
             arg(&mut args.channel),
-            arg(&mut timeout_ns),
-            arg(&mut err),
+            arg(&mut report),
         ];
-        self.launch(|k| k.barrier, block, stream, &mut params)
+        self.launch(WaitOp::Barrier, block, stream, &mut params)
     }
 
     fn put(
@@ -223,7 +222,7 @@ impl Signals for CudaSignals {
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.point_to_point(pads, dst, channel, timeout, stream, |k| k.put)
+        self.point_to_point(pads, dst, channel, timeout, stream, WaitOp::PutSignal)
     }
 
     fn wait(
@@ -234,13 +233,23 @@ impl Signals for CudaSignals {
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.point_to_point(pads, src, channel, timeout, stream, |k| k.wait)
+        self.point_to_point(pads, src, channel, timeout, stream, WaitOp::WaitSignal)
     }
 }
 
 impl CudaSignals {
-    fn error_address(&self) -> Result<u64> {
-        Ok(self.kernels()?.record.device)
+    /// The kernel argument (`symmwin::WaitReport` of `kernels/wait.cuh`) saying where
+    /// and how a timed-out wait of `op` by `rank` reports; `timeout` zero means the
+    /// default. Other kernels of this provider that wait for peers pass it too, so
+    /// every device timeout lands in the one record this provider checks.
+    pub(super) fn wait_report(
+        &self,
+        op: WaitOp,
+        rank: u32,
+        timeout: Duration,
+    ) -> Result<WaitReport> {
+        let record = &self.kernels()?.record;
+        Ok(record.report(op, rank, self.timeout_ns(timeout)))
     }
 
     fn point_to_point(
@@ -250,23 +259,20 @@ impl CudaSignals {
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
-        pick: fn(&Kernels) -> sys::CUfunction,
+        op: WaitOp,
     ) -> Result<()> {
         let mut args = PadArgs::check(pads, channel)?;
         let mut peer = check_peer(pads, peer)?;
-        let mut timeout_ns = self.timeout_ns(timeout);
-        let mut err = self.error_address()?;
+        let mut report = self.wait_report(op, args.rank, timeout)?;
         let mut params = [
             arg(&mut args.base),
             arg(&mut args.stride),
-            arg(&mut args.rank),
             arg(&mut args.world),
             arg(&mut peer),
             arg(&mut args.channel),
-            arg(&mut timeout_ns),
-            arg(&mut err),
+            arg(&mut report),
         ];
-        self.launch(pick, 1, stream, &mut params)
+        self.launch(op, 1, stream, &mut params)
     }
 }
 
@@ -356,6 +362,14 @@ unsafe impl Send for Kernels {}
 unsafe impl Sync for Kernels {}
 
 impl Kernels {
+    fn function(&self, op: WaitOp) -> sys::CUfunction {
+        match op {
+            WaitOp::Barrier => self.barrier,
+            WaitOp::PutSignal => self.put,
+            WaitOp::WaitSignal => self.wait,
+        }
+    }
+
     fn load(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, LoadFailure> {
         let ptx = ptx_image().map_err(|_| LoadFailure::NotBuilt)?;
         let _guard = ctx.enter()?;
@@ -420,87 +434,6 @@ impl Drop for Module {
         });
         if let Err(e) = unloaded {
             tracing::debug!("unloading the signal kernels failed: {}", e.name());
-        }
-    }
-}
-
-/// An [`ErrorRecord`] in pinned host memory that the device writes through its mapping.
-#[derive(Debug)]
-struct HostRecord {
-    ctx: Arc<PrimaryContext>,
-    host: *mut c_void,
-    device: u64,
-}
-
-impl HostRecord {
-    fn new(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, DriverError> {
-        let _guard = ctx.enter()?;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: our context is current; Drop frees the memory.
-        let host = unsafe { driver::mem_host_alloc(std::mem::size_of::<ErrorRecord>(), flags) }?;
-        let mut record = HostRecord {
-            ctx: Arc::clone(ctx),
-            host,
-            device: 0,
-        };
-        // SAFETY: the allocation is page-aligned, large enough, and not yet shared with
-        // the device, so initialising it through a plain write races with nothing.
-        unsafe {
-            host.cast::<ErrorRecord>().write(ErrorRecord {
-                word: AtomicU32::new(0),
-                _pad: 0,
-                waited_ns: AtomicU64::new(0),
-            })
-        };
-        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP.
-        record.device = unsafe { driver::mem_host_device_pointer(host) }?;
-        Ok(record)
-    }
-
-    fn record(&self) -> &ErrorRecord {
-        // SAFETY: initialised in `new` and alive until drop; the device only touches it
-        // with 4- and 8-byte stores of the same layout.
-        unsafe { &*self.host.cast::<ErrorRecord>() }
-    }
-
-    /// Takes a pending timeout record; the no-error path is one atomic load.
-    #[inline]
-    fn take(&self) -> Result<()> {
-        let record = self.record();
-        if record.word.load(Ordering::Relaxed) == 0 {
-            return Ok(());
-        }
-        let word = record.word.swap(0, Ordering::Acquire);
-        if word & ERROR_FLAG == 0 {
-            return Ok(());
-        }
-        let peer = (word & !ERROR_FLAG) as usize;
-        let waited = Duration::from_nanos(record.waited_ns.load(Ordering::Relaxed));
-        Err(Error::new(
-            Phase::Signal,
-            ErrorKind::Timeout {
-                missing: vec![peer],
-                waited,
-            },
-        )
-        .with_peer(peer))
-    }
-}
-
-// SAFETY: the pointer is to process-wide pinned memory, accessed only through atomics.
-unsafe impl Send for HostRecord {}
-// SAFETY: as above.
-unsafe impl Sync for HostRecord {}
-
-impl Drop for HostRecord {
-    fn drop(&mut self) {
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the memory is ours; Kernels::drop waited for every kernel that
-            // could write to it.
-            unsafe { driver::mem_free_host(self.host) }
-        });
-        if let Err(e) = freed {
-            tracing::debug!("freeing the signal error record failed: {}", e.name());
         }
     }
 }

@@ -1,0 +1,205 @@
+//! GPU tests of device-side timeouts: waits that finish in time never raise, and a wait
+//! that times out traps, fails the next synchronization and makes every later call
+//! report [`ErrorKind::ContextLost`] with the op, channel and peer.
+//!
+//! A trap loses the CUDA context of the whole process, so each timeout runs in a child
+//! process (this test binary, re-run on one test) and the parent checks its output.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::provider::PadView;
+
+/// Environment variable that turns `timeout_child` on and names its case.
+const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
+
+/// Both ranks of a world-2 group in this process: two pads in one span on device 0.
+struct TwoRanks {
+    provider: CudaProvider,
+    span: Box<dyn Span>,
+    pad: usize,
+}
+
+impl TwoRanks {
+    fn new() -> Self {
+        let provider = CudaProvider::new(0, HandlePreference::Auto).unwrap();
+        let pad = provider.info().granularity;
+        let mut span = provider.reserve(2 * pad).unwrap();
+        for r in 0..2 {
+            span.map(r * pad, provider.create(pad).unwrap().as_ref())
+                .unwrap();
+        }
+        span.zero(0, 2 * pad).unwrap();
+        TwoRanks {
+            provider,
+            span,
+            pad,
+        }
+    }
+
+    fn pads(&self, rank: usize) -> PadView {
+        PadView {
+            base: self.span.base(),
+            stride: self.pad,
+            len: self.pad,
+            rank,
+            world: 2,
+        }
+    }
+
+    fn pads_are_zero(&self) -> bool {
+        let mut bytes = vec![0xAB; 2 * self.pad];
+        // SAFETY: both pads are mapped in the live span.
+        unsafe { self.provider.read(self.span.base(), &mut bytes) }.unwrap();
+        bytes.iter().all(|&b| b == 0)
+    }
+}
+
+fn have_gpu() -> bool {
+    let present = matches!(device_count(), Ok(n) if n > 0);
+    if !present {
+        println!("skipped: no CUDA device");
+    }
+    assert!(
+        !present || kernels_built(),
+        "kernels/signal.ptx is a placeholder"
+    );
+    present
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
+    if !have_gpu() {
+        return;
+    }
+    let ranks = TwoRanks::new();
+    let signals = ranks.provider.signals();
+    let (a, b) = (
+        PrivateStream::new(&ranks.provider.ctx).unwrap(),
+        PrivateStream::new(&ranks.provider.ctx).unwrap(),
+    );
+    let (sa, sb) = (a.raw as usize, b.raw as usize);
+    // A limit no healthy round comes near, so only a broken wait can trip it.
+    let limit = Duration::from_secs(10);
+    let rounds = 10_000;
+    let start = Instant::now();
+    for round in 0..rounds {
+        let channel = round % 8;
+        signals.barrier(&ranks.pads(0), channel, limit, sa).unwrap();
+        signals.barrier(&ranks.pads(1), channel, limit, sb).unwrap();
+        signals.put(&ranks.pads(0), 1, channel, limit, sa).unwrap();
+        signals.wait(&ranks.pads(1), 0, channel, limit, sb).unwrap();
+    }
+    signals.synchronize(sa).unwrap();
+    signals.synchronize(sb).unwrap();
+    println!(
+        "{rounds} barriers and {rounds} put/wait pairs per rank in {:?}",
+        start.elapsed()
+    );
+    ranks.provider.check_errors().unwrap();
+    assert!(ranks.pads_are_zero(), "every signal was consumed");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_timeout_traps_then_every_call_reports_it() {
+    if !have_gpu() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for (case, rank, peer) in [
+        ("barrier", 0, 1),
+        ("wait_signal", 1, 0),
+        ("put_signal", 0, 1),
+    ] {
+        let out = Command::new(&exe)
+            .args(["--exact", "provider::cuda::timeout_tests::timeout_child"])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .env(CHILD_CASE, case)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("--- {case}: {}\n{text}", out.status);
+        assert!(out.status.success(), "{case}: {text}");
+        let device_line =
+            format!("symmwin: device {case} timed out on rank {rank}, channel 3: waited");
+        assert!(
+            text.contains(&device_line),
+            "{case}: no device line in\n{text}"
+        );
+        assert!(
+            text.contains(&format!("for rank(s) {peer};")),
+            "{case}: {text}"
+        );
+        assert!(text.contains("child ok"), "{case}: {text}");
+    }
+}
+
+/// One timeout in a fresh process; run by the test above, a no-op on its own.
+#[test]
+#[ignore = "needs a CUDA GPU (run through device_timeout_traps_then_every_call_reports_it)"]
+fn timeout_child() {
+    let Ok(case) = std::env::var(CHILD_CASE) else {
+        return;
+    };
+    let ranks = TwoRanks::new();
+    let signals = ranks.provider.signals();
+    let limit = Duration::from_millis(200);
+    let channel = 3;
+    // Only one side of each exchange runs, so the wait never completes.
+    let (rank, peer) = match case.as_str() {
+        "barrier" => {
+            signals.barrier(&ranks.pads(0), channel, limit, 0).unwrap();
+            (0, 1)
+        }
+        "wait_signal" => {
+            signals.wait(&ranks.pads(1), 0, channel, limit, 0).unwrap();
+            (1, 0)
+        }
+        "put_signal" => {
+            // The first signal fills the slot; the second waits for it to clear.
+            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
+            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
+            (0, 1)
+        }
+        other => panic!("unknown case {other}"),
+    };
+    let start = Instant::now();
+    let err = signals.synchronize(0).unwrap_err();
+    let elapsed = start.elapsed();
+    println!("synchronize failed after {elapsed:?}: {err}");
+    assert!(elapsed < limit + Duration::from_secs(1), "{elapsed:?}");
+    let ErrorKind::ContextLost(timeout) = &err.kind else {
+        panic!("not a lost context: {err}");
+    };
+    assert_eq!(
+        (timeout.op, timeout.channel, timeout.rank),
+        (case.as_str(), channel as u32, rank)
+    );
+    assert_eq!(timeout.missing, vec![peer]);
+    assert!(
+        timeout.waited >= limit && timeout.limit == limit,
+        "{timeout:?}"
+    );
+    assert_eq!((err.rank, err.peer), (Some(rank), Some(peer)));
+    // Every later call that reaches the device says the same, before touching the driver.
+    for later in [
+        ranks.provider.create(ranks.pad).map(drop).unwrap_err(),
+        signals.barrier(&ranks.pads(0), 0, limit, 0).unwrap_err(),
+        CudaProvider::new(0, HandlePreference::Auto)
+            .map(drop)
+            .unwrap_err(),
+    ] {
+        assert!(later.is_context_lost(), "{later}");
+        assert_eq!(later.to_string(), err.to_string());
+    }
+    println!("child ok: {err}");
+    // The context is gone: skip destructors that would only log driver failures.
+    std::process::exit(0);
+}
