@@ -17,11 +17,14 @@
 // peer when it is done (so the peer does not overwrite it early). Both are fused into
 // the data kernels: one signal per (peer, block) instead of separate barriers.
 //
-// Failures are loud: a wait that outlives `timeout_ns`, or received splits that do not
-// fit `out`, record what happened in a host-mapped record (struct OpsError), print
-// one line and trap. The trap makes the next synchronisation of the stream raise, as
-// torch's backends do; the host reads the record, which survives the lost context,
-// and names the peer, the rows and the room at the next symmwin call.
+// Failures are loud. Every wait goes through wait.cuh: past the limit in
+// `OpsParams::wait` it records the op, channel and late peers in the provider's
+// timeout record, prints one line and traps. Splits that do not fit (received rows
+// past `out`, sent rows past the input, negative splits) are checked before a byte
+// moves; they record the peer, the rows and the room in `OpsParams::err` (struct
+// OpsError), print one line and trap the same way. The trap makes the stream's next
+// synchronisation raise, as torch's backends do; the host-mapped records survive the
+// lost context, and the next symmwin call names what happened.
 //
 // Build: kernels/build_ptx.sh (nvcc -ptx -arch=compute_90 -O3). The PTX is committed
 // and loaded with cuModuleLoadData, so installing needs no CUDA toolkit.
@@ -29,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops_params.cuh"
+#include "ops_params.cuh"  // includes wait.cuh
 
 namespace {
 
@@ -51,40 +54,29 @@ __device__ __forceinline__ uint32_t* pad_slot(const OpsParams& p, uint32_t owner
 }
 
 // ---------------------------------------------------------------------------------
-// Failure reporting
+// Splits that do not fit (timeouts are reported by wait.cuh)
 
-__device__ const char* op_name(uint32_t op) {
-  switch (op) {
-    case SYMMWIN_OP_ALL_TO_ALL: return "all_to_all";
-    case SYMMWIN_OP_ALL_TO_ALL_VDEV: return "all_to_all_vdev";
-    case SYMMWIN_OP_ALL_TO_ALL_VDEV_2D: return "all_to_all_vdev_2d";
-    case SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET: return "all_to_all_vdev_2d_offset";
-    case SYMMWIN_OP_BROADCAST: return "broadcast";
-    case SYMMWIN_OP_PUT: return "put";
-    case SYMMWIN_OP_GET: return "get";
-    case SYMMWIN_OP_PUT_WITH_SIGNAL: return "put_with_signal";
-    case SYMMWIN_OP_WAIT_FOR_SIGNAL: return "wait_for_signal";
-    case SYMMWIN_OP_PUT_SIGNAL: return "put_signal";
-    case SYMMWIN_OP_WAIT_SIGNAL: return "wait_signal";
-    case SYMMWIN_OP_TILE_REDUCE: return "tile_reduce";
-    case SYMMWIN_OP_MULTI_ROOT_TILE_REDUCE: return "multi_root_tile_reduce";
-    default: return "op";
+// The line printed before a trap can be lost when the trap comes at once; give it
+// (and the record) the same time wait.cuh gives its own.
+__device__ __noinline__ void trap_after_print() {
+  __threadfence_system();
+  const uint64_t flushed = symmwin::global_timer_ns() + symmwin::kTrapDelayNs;
+  while (symmwin::global_timer_ns() < flushed) {
+    __nanosleep(1000);
   }
+  __trap();
 }
 
-// First writer wins in the common case; the fields are written before the word, so
-// the host never sees a word without its details.
-__device__ void record_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
-                               uint32_t channel, uint64_t waited_ns, int64_t rows,
-                               int64_t room) {
+// First writer wins; the fields are written before the word, so the host never sees
+// a word without its details.
+__device__ void record_split_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
+                                     int64_t rows, int64_t room) {
   OpsError* e = reinterpret_cast<OpsError*>(p.err);
   volatile uint32_t* word = &e->word;
   if (*word == 0) {
     e->kind = kind;
-    e->op = p.op;
-    e->channel = channel;
+    e->op = p.wait.op;
     e->rank = p.rank;
-    e->waited_ns = waited_ns;
     e->rows = rows;
     e->room = room;
     __threadfence_system();
@@ -93,99 +85,43 @@ __device__ void record_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
   }
 }
 
-__device__ __noinline__ void fail_timeout(const OpsParams& p, uint32_t peer, uint32_t channel,
-                                          uint64_t waited_ns) {
-  record_failure(p, SYMMWIN_OPS_ERR_TIMEOUT, peer, channel, waited_ns, 0, 0);
-  const unsigned long long ms = waited_ns / 1000000;
-  if (p.rank == SYMMWIN_OPS_UNKNOWN_RANK) {
-    printf("symmwin: %s timed out after %llu ms waiting for rank %u\n", op_name(p.op), ms, peer);
-  } else {
-    printf("symmwin: %s on rank %u timed out after %llu ms waiting for rank %u (channel %u)\n",
-           op_name(p.op), p.rank, ms, peer, channel);
-  }
-  __trap();
-}
-
-// Rows that do not fit: nothing has been written; stop here.
+// Rows that do not fit `out`: nothing has been copied; stop here.
 __device__ __noinline__ void fail_overflow(const OpsParams& p, uint32_t peer, int64_t rows,
                                            int64_t offset, int64_t room) {
-  record_failure(p, SYMMWIN_OPS_ERR_OVERFLOW, peer, 0, 0, rows, room);
-  printf("symmwin: %s on rank %u: %lld rows from rank %u at row %lld do not fit out "
-         "(room for %lld rows); nothing was copied\n",
-         op_name(p.op), p.rank, static_cast<long long>(rows), peer,
+  record_split_failure(p, SYMMWIN_OPS_ERR_OVERFLOW, peer, rows, room);
+  printf("symmwin: device %s on rank %u: %lld rows from rank %u at row %lld do not fit out "
+         "(room for %lld rows); nothing was copied; trapping, the CUDA context is lost and "
+         "the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
          static_cast<long long>(offset), static_cast<long long>(room));
-  __trap();
+  trap_after_print();
 }
 
 // A split or offset this rank sends that is negative or reaches past its own input.
 __device__ __noinline__ void fail_bad_split(const OpsParams& p, uint32_t peer, int64_t rows,
                                             int64_t end, int64_t room) {
-  record_failure(p, SYMMWIN_OPS_ERR_BAD_SPLIT, peer, 0, 0, rows, room);
-  printf("symmwin: %s on rank %u: split of %lld rows for rank %u ends at row %lld, "
-         "outside the input (%lld rows) or negative; nothing was sent\n",
-         op_name(p.op), p.rank, static_cast<long long>(rows), peer,
+  record_split_failure(p, SYMMWIN_OPS_ERR_BAD_SPLIT, peer, rows, room);
+  printf("symmwin: device %s on rank %u: a split of %lld rows for rank %u ends at row %lld, "
+         "outside the input (%lld rows) or negative; nothing was sent; trapping, the CUDA "
+         "context is lost and the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
          static_cast<long long>(end), static_cast<long long>(room));
-  __trap();
+  trap_after_print();
 }
 
 // ---------------------------------------------------------------------------------
-// Timed signals (pad protocol of the signal kernels)
+// Signals: the pad protocol through wait.cuh's timed waits, which report and trap
 
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ uint64_t deadline_after(uint64_t timeout_ns) {
-  const uint64_t now = global_timer_ns();
-  return timeout_ns > ~0ull - now ? ~0ull : now + timeout_ns;
-}
-
-__device__ __forceinline__ uint32_t cas_release(uint32_t* slot, uint32_t expected,
-                                                uint32_t desired) {
-  uint32_t old;
-  asm volatile("atom.release.sys.global.cas.b32 %0, [%1], %2, %3;"
-               : "=r"(old)
-               : "l"(slot), "r"(expected), "r"(desired)
-               : "memory");
-  return old;
-}
-
-__device__ __forceinline__ uint32_t cas_acquire(uint32_t* slot, uint32_t expected,
-                                                uint32_t desired) {
-  uint32_t old;
-  asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;"
-               : "=r"(old)
-               : "l"(slot), "r"(expected), "r"(desired)
-               : "memory");
-  return old;
-}
-
-// Signal `dst` on `channel`: everything this thread (and, after a barrier, its block)
-// wrote is visible to `dst` before the signal. Waits while `dst` has not consumed the
+// One thread signals `dst` on `channel`: everything it (and, after a barrier, its
+// block) wrote is visible to `dst` first. Waits while `dst` has not consumed the
 // previous signal of the slot.
-__device__ void signal_peer(const OpsParams& p, uint32_t dst, uint32_t channel) {
-  uint32_t* slot = pad_slot(p, dst, channel, p.rank);
-  const uint64_t deadline = deadline_after(p.timeout_ns);
-  while (cas_release(slot, 0u, 1u) != 0u) {
-    const uint64_t now = global_timer_ns();
-    if (now > deadline) {
-      fail_timeout(p, dst, channel, now - deadline + p.timeout_ns);
-    }
-  }
+__device__ __forceinline__ void signal_peer(const OpsParams& p, uint32_t dst, uint32_t channel) {
+  symmwin::put_or_trap(p.wait, pad_slot(p, dst, channel, p.rank), dst, channel);
 }
 
-// Wait for `src`'s signal on `channel`; later reads of this thread are ordered after it.
-__device__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
-  uint32_t* slot = pad_slot(p, p.rank, channel, src);
-  const uint64_t deadline = deadline_after(p.timeout_ns);
-  while (cas_acquire(slot, 1u, 0u) != 1u) {
-    const uint64_t now = global_timer_ns();
-    if (now > deadline) {
-      fail_timeout(p, src, channel, now - deadline + p.timeout_ns);
-    }
-  }
+// One thread waits for `src`'s signal on `channel`; its later reads are ordered after it.
+__device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
+  symmwin::wait_or_trap(p.wait, pad_slot(p, p.rank, channel, src), src, channel);
 }
 
 // Thread 0 of the block signals `peer` after every thread of the block is done.
@@ -202,6 +138,40 @@ __device__ __forceinline__ void block_wait(const OpsParams& p, uint32_t peer, ui
     wait_peer(p, peer, channel);
   }
   __syncthreads();
+}
+
+__shared__ symmwin::BlockTimeouts block_timeouts;
+
+// Thread t (a peer of this rank) signals t on `put_channel` when `put`, then waits
+// for t on `wait_channel` when `wait`; one report names every late peer. Called by
+// every thread of the block (it synchronizes).
+__device__ void peer_handshake(const OpsParams& p, uint32_t put_channel, uint32_t wait_channel,
+                               bool put, bool wait) {
+  const bool takes_part = put || wait;
+  const uint32_t participants = __syncthreads_count(takes_part);
+  if (threadIdx.x == 0) {
+    block_timeouts.init(participants);
+  }
+  __syncthreads();
+  if (!takes_part) {
+    return;
+  }
+  const uint32_t t = threadIdx.x;
+  uint64_t waited = 0;
+  uint32_t channel = put_channel;
+  if (put) {
+    waited = symmwin::timed_put(pad_slot(p, t, put_channel, p.rank), p.wait.timeout_ns);
+  }
+  if (waited == 0 && wait) {
+    channel = wait_channel;
+    waited = symmwin::timed_wait(pad_slot(p, p.rank, wait_channel, t), p.wait.timeout_ns);
+  }
+  block_timeouts.finish(p.wait, channel, t, waited);
+}
+
+// Whether thread t stands for a peer of this rank.
+__device__ __forceinline__ bool is_peer_thread(const OpsParams& p) {
+  return threadIdx.x < p.world && threadIdx.x != p.rank;
 }
 
 // ---------------------------------------------------------------------------------
@@ -403,10 +373,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   check_own_splits(p);
   __syncthreads();
   const uint32_t t = threadIdx.x;
-  if (t < p.world && t != p.rank) {
-    signal_peer(p, t, p.channel);
-    wait_peer(p, t, p.channel);
-  }
+  peer_handshake(p, p.channel, p.channel, is_peer_thread(p), is_peer_thread(p));
   __syncthreads();
   const uint32_t n = p.world * p.experts;
   for (uint32_t i = t; i < n; i += blockDim.x) {
@@ -561,12 +528,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const uint32_t root = p.peer;
   const uint32_t ready = p.channel + part;
   const uint32_t done = p.channel + bpp + part;
-  const uint32_t t = threadIdx.x;
   if (p.rank == root) {
-    if (t < p.world && t != root) {
-      signal_peer(p, t, ready);
-      wait_peer(p, t, done);
-    }
+    peer_handshake(p, ready, done, is_peer_thread(p), is_peer_thread(p));
     return;
   }
   block_wait(p, root, ready);
@@ -608,20 +571,20 @@ extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
     return;
   }
   uint64_t* word = reinterpret_cast<uint64_t*>(operand_at(p.dst_splits, p.rank));
-  const uint64_t deadline = deadline_after(p.timeout_ns);
-  for (;;) {
-    uint64_t old;
-    asm volatile("atom.acquire.sys.global.cas.b64 %0, [%1], %2, %3;"
-                 : "=l"(old)
-                 : "l"(word), "l"(p.value), "l"(0ull)
-                 : "memory");
-    if (old == p.value) {
-      return;
-    }
-    const uint64_t now = global_timer_ns();
-    if (now > deadline) {
-      fail_timeout(p, p.peer, 0, now - deadline + p.timeout_ns);
-    }
+  const uint64_t value = p.value;
+  const uint64_t waited = symmwin::spin_until(
+      [word, value] {
+        uint64_t old;
+        asm volatile("atom.acquire.sys.global.cas.b64 %0, [%1], %2, %3;"
+                     : "=l"(old)
+                     : "l"(word), "l"(value), "l"(0ull)
+                     : "memory");
+        return old == value;
+      },
+      p.wait.timeout_ns);
+  if (waited != 0) {
+    const uint32_t late[1] = {p.peer};
+    symmwin::report_and_trap(p.wait, 0, late, 1, 1, waited);
   }
 }
 
@@ -632,20 +595,15 @@ extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
 // One block of at least `world` threads.
 extern "C" __global__ void symmwin_ops_handshake(const OpsParams p) {
   const uint32_t t = threadIdx.x;
-  if (t >= p.world || t == p.rank) {
-    return;
-  }
-  const bool signal_all = (p.mode & SYMMWIN_HS_SIGNAL_ALL) != 0;
-  const bool signal_one = (p.mode & SYMMWIN_HS_SIGNAL_PEER) != 0 && t == p.peer;
-  const bool wait_all = (p.mode & SYMMWIN_HS_WAIT_ALL) != 0;
-  const bool wait_one = (p.mode & SYMMWIN_HS_WAIT_PEER) != 0 && t == p.peer;
-  if (signal_all || signal_one) {
+  const bool peer = is_peer_thread(p);
+  const bool signal = peer && ((p.mode & SYMMWIN_HS_SIGNAL_ALL) != 0 ||
+                               ((p.mode & SYMMWIN_HS_SIGNAL_PEER) != 0 && t == p.peer));
+  const bool wait = peer && ((p.mode & SYMMWIN_HS_WAIT_ALL) != 0 ||
+                             ((p.mode & SYMMWIN_HS_WAIT_PEER) != 0 && t == p.peer));
+  if (signal) {
     __threadfence_system();
-    signal_peer(p, t, p.channel);
   }
-  if (wait_all || wait_one) {
-    wait_peer(p, t, p.channel);
-  }
+  peer_handshake(p, p.channel, p.channel, signal, wait);
 }
 
 // =================================================================================
@@ -745,23 +703,15 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const uint32_t done = p.channel + bpp + part;
   const uint32_t t = threadIdx.x;
   const bool root = is_root(p, p.rank);
-  const bool peer_is_root = t < p.world && t != p.rank && is_root(p, t);
-  const bool peer_reads = t < p.world && t != p.rank;
-  if (peer_is_root) {
-    signal_peer(p, t, ready);
-  }
-  if (root && peer_reads) {
-    wait_peer(p, t, ready);
-  }
+  const bool peer = is_peer_thread(p);
+  const bool peer_is_root = peer && is_root(p, t);
+  // Every rank tells each root its tile is final; a root waits for every rank.
+  peer_handshake(p, ready, ready, peer_is_root, root && peer);
   __syncthreads();
   if (root) {
     reduce_rows(p, part, bpp);
   }
   __syncthreads();
-  if (root && peer_reads) {
-    signal_peer(p, t, done);
-  }
-  if (peer_is_root) {
-    wait_peer(p, t, done);
-  }
+  // A root tells every rank it is done reading; every rank waits for each root.
+  peer_handshake(p, done, done, root && peer, peer_is_root);
 }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wait.cuh"
+
 #define SYMMWIN_OPS_THREADS 512
 // Split-table entries (world * experts) the plan kernel keeps in shared memory.
 #define SYMMWIN_OPS_MAX_SPLITS 2048
@@ -18,20 +20,20 @@
 // OpsParams::rank of a kernel that knows no group (a local wait).
 #define SYMMWIN_OPS_UNKNOWN_RANK 4294967295
 
-// OpsParams::op, for messages.
-#define SYMMWIN_OP_ALL_TO_ALL 1
-#define SYMMWIN_OP_ALL_TO_ALL_VDEV 2
-#define SYMMWIN_OP_ALL_TO_ALL_VDEV_2D 3
-#define SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET 4
-#define SYMMWIN_OP_BROADCAST 5
-#define SYMMWIN_OP_PUT 6
-#define SYMMWIN_OP_GET 7
-#define SYMMWIN_OP_PUT_WITH_SIGNAL 8
+// OpsParams::wait.op: the op, numbered as symmwin::WaitOp in wait.cuh (1-3 are the
+// signal kernels'), so a timeout and an overflow name it the same way.
+#define SYMMWIN_OP_PUT_SIGNAL 2
+#define SYMMWIN_OP_ALL_TO_ALL 4
+#define SYMMWIN_OP_ALL_TO_ALL_VDEV 5
+#define SYMMWIN_OP_ALL_TO_ALL_VDEV_2D 6
+#define SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET 7
+#define SYMMWIN_OP_BROADCAST 8
 #define SYMMWIN_OP_WAIT_FOR_SIGNAL 9
-#define SYMMWIN_OP_PUT_SIGNAL 10
-#define SYMMWIN_OP_WAIT_SIGNAL 11
-#define SYMMWIN_OP_TILE_REDUCE 12
-#define SYMMWIN_OP_MULTI_ROOT_TILE_REDUCE 13
+#define SYMMWIN_OP_TILE_REDUCE 10
+#define SYMMWIN_OP_MULTI_ROOT_TILE_REDUCE 11
+#define SYMMWIN_OP_PUT 12
+#define SYMMWIN_OP_GET 13
+#define SYMMWIN_OP_PUT_WITH_SIGNAL 14
 
 // OpsParams::mode of the all_to_all_vdev kernels.
 #define SYMMWIN_A2AV_1D 0
@@ -51,8 +53,7 @@
 #define SYMMWIN_DTYPE_F16 2
 #define SYMMWIN_DTYPE_F64 3
 
-// OpsError::kind.
-#define SYMMWIN_OPS_ERR_TIMEOUT 1
+// OpsError::kind (timeouts go to wait.cuh's TimeoutRecord).
 #define SYMMWIN_OPS_ERR_OVERFLOW 2
 #define SYMMWIN_OPS_ERR_BAD_SPLIT 3
 
@@ -71,8 +72,9 @@ struct OpsParams {
   Operand dst_splits;  // out_splits_offsets (int64); the signal word of *_value
   uint64_t pad_base;   // signal pads: rank r's at pad_base + r * pad_stride
   uint64_t pad_stride;
-  uint64_t err;        // device address of the host-mapped OpsError
-  uint64_t timeout_ns; // every device wait gives up after this long
+  uint64_t err;        // device address of the host-mapped OpsError (splits that do not fit)
+  symmwin::WaitReport wait;  // where and how a timed-out wait reports (wait.cuh); its op
+                             // is the op's SYMMWIN_OP_*, its timeout every wait's limit
   uint64_t row_bytes;  // all_to_all_vdev*: bytes per row; tiles: bytes between rows
   uint64_t bytes;      // bytes per peer (all_to_all), per copy (broadcast, put, get), per tile row
   uint64_t rows;       // tile rows
@@ -85,21 +87,19 @@ struct OpsParams {
   uint32_t blocks_per_peer;
   uint32_t channel;    // first pad channel the op uses
   uint32_t mode;       // SYMMWIN_A2AV_*, SYMMWIN_COPY_*, SYMMWIN_HS_*, SYMMWIN_DTYPE_*
-  uint32_t op;         // SYMMWIN_OP_*
+  uint32_t _reserved;
   uint64_t roots[SYMMWIN_OPS_MAX_ROOT_WORLD / 64];  // tile reduce: bit r = rank r is a root
 };
 
-// What the device recorded when an op failed; `word` is written last.
+// What the device recorded when received or sent splits did not fit (timeouts go to
+// wait.cuh's TimeoutRecord); `word` is written last.
 struct OpsError {
   uint32_t word;  // 1 << 31 | peer; 0 when clear
   uint32_t kind;  // SYMMWIN_OPS_ERR_*
   uint32_t op;    // SYMMWIN_OP_*
-  uint32_t channel;
   uint32_t rank;
-  uint32_t _pad;
-  uint64_t waited_ns;
-  int64_t rows;
-  int64_t room;
+  int64_t rows;   // rows of the split that did not fit
+  int64_t room;   // rows there was room for
 };
 
 static_assert(sizeof(Operand) == 32, "Operand layout");
@@ -108,17 +108,17 @@ static_assert(offsetof(OpsParams, src_splits) == 64, "OpsParams layout");
 static_assert(offsetof(OpsParams, dst_splits) == 96, "OpsParams layout");
 static_assert(offsetof(OpsParams, pad_base) == 128, "OpsParams layout");
 static_assert(offsetof(OpsParams, err) == 144, "OpsParams layout");
-static_assert(offsetof(OpsParams, timeout_ns) == 152, "OpsParams layout");
-static_assert(offsetof(OpsParams, row_bytes) == 160, "OpsParams layout");
-static_assert(offsetof(OpsParams, bytes) == 168, "OpsParams layout");
-static_assert(offsetof(OpsParams, rows) == 176, "OpsParams layout");
-static_assert(offsetof(OpsParams, value) == 184, "OpsParams layout");
-static_assert(offsetof(OpsParams, major_align) == 192, "OpsParams layout");
-static_assert(offsetof(OpsParams, rank) == 200, "OpsParams layout");
-static_assert(offsetof(OpsParams, blocks_per_peer) == 216, "OpsParams layout");
-static_assert(offsetof(OpsParams, op) == 228, "OpsParams layout");
-static_assert(offsetof(OpsParams, roots) == 232, "OpsParams layout");
-static_assert(sizeof(OpsParams) == 264, "OpsParams layout");
-static_assert(sizeof(OpsError) == 48, "OpsError layout");
-static_assert(offsetof(OpsError, waited_ns) == 24, "OpsError layout");
-static_assert(offsetof(OpsError, room) == 40, "OpsError layout");
+static_assert(offsetof(OpsParams, wait) == 152, "OpsParams layout");
+static_assert(offsetof(OpsParams, row_bytes) == 176, "OpsParams layout");
+static_assert(offsetof(OpsParams, bytes) == 184, "OpsParams layout");
+static_assert(offsetof(OpsParams, rows) == 192, "OpsParams layout");
+static_assert(offsetof(OpsParams, value) == 200, "OpsParams layout");
+static_assert(offsetof(OpsParams, major_align) == 208, "OpsParams layout");
+static_assert(offsetof(OpsParams, rank) == 216, "OpsParams layout");
+static_assert(offsetof(OpsParams, blocks_per_peer) == 232, "OpsParams layout");
+static_assert(offsetof(OpsParams, mode) == 240, "OpsParams layout");
+static_assert(offsetof(OpsParams, roots) == 248, "OpsParams layout");
+static_assert(sizeof(OpsParams) == 280, "OpsParams layout");
+static_assert(sizeof(OpsError) == 32, "OpsError layout");
+static_assert(offsetof(OpsError, rows) == 16, "OpsError layout");
+static_assert(offsetof(OpsError, room) == 24, "OpsError layout");

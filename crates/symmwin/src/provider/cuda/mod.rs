@@ -47,7 +47,7 @@ pub struct CudaProvider {
     handle_type: HandleType,
     granularity: usize,
     stream: Arc<PrivateStream>,
-    signals: CudaSignals,
+    signals: Arc<CudaSignals>,
     ops: CudaOps,
 }
 
@@ -89,9 +89,10 @@ impl CudaProvider {
         .phase(Phase::Probe)?;
         let stream = Arc::new(PrivateStream::new(&ctx)?);
         tracing::debug!("CUDA device {device}: {handle_type} handles, granularity {granularity}");
+        let signals = Arc::new(CudaSignals::new(Arc::clone(&ctx)));
         Ok(CudaProvider {
-            signals: CudaSignals::new(Arc::clone(&ctx)),
-            ops: CudaOps::new(Arc::clone(&ctx)),
+            ops: CudaOps::new(Arc::clone(&ctx), Arc::clone(&signals)),
+            signals,
             ctx,
             handle_type,
             granularity,
@@ -238,7 +239,7 @@ impl Provider for CudaProvider {
     }
 
     fn signals(&self) -> &dyn Signals {
-        &self.signals
+        &*self.signals
     }
 
     fn ops(&self) -> &dyn crate::ops::DeviceOps {

@@ -16,7 +16,7 @@ use cudarc::driver::sys;
 
 use super::driver::{self, PhaseExt};
 use super::probe::PrimaryContext;
-use super::signals::{DEFAULT_OP_TIMEOUT, MAX_WORLD};
+use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
 use crate::ops::{DeviceOps, OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
 use crate::provider::StreamHandle;
@@ -31,12 +31,15 @@ pub use grid::{COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED};
 pub use params::{MAX_EXPERTS, MAX_ROOT_WORLD, MAX_SPLITS};
 
 use module::{LoadFailure, OpsKernels};
-use params::{OpId, OpsParams};
+use params::{OpId, OpsParams, WaitOp};
 
 /// The ops of one CUDA device.
 #[derive(Debug)]
 pub struct CudaOps {
     ctx: Arc<PrimaryContext>,
+    /// Where timed-out waits report: the provider's one timeout record, which every
+    /// symmwin call of the provider checks.
+    signals: Arc<CudaSignals>,
     kernels: OnceLock<std::result::Result<OpsKernels, LoadFailure>>,
 }
 
@@ -44,9 +47,10 @@ pub struct CudaOps {
 type Pick = fn(&OpsKernels) -> sys::CUfunction;
 
 impl CudaOps {
-    pub(super) fn new(ctx: Arc<PrimaryContext>) -> Self {
+    pub(super) fn new(ctx: Arc<PrimaryContext>, signals: Arc<CudaSignals>) -> Self {
         CudaOps {
             ctx,
+            signals,
             kernels: OnceLock::new(),
         }
     }
@@ -62,31 +66,27 @@ impl CudaOps {
     /// record and the wait limit.
     fn base_params(&self, ctx: &OpContext, op: OpId) -> Result<OpsParams> {
         check_context(ctx)?;
-        Ok(OpsParams {
-            pad_base: ctx.pads.base as u64,
-            pad_stride: ctx.pads.stride as u64,
-            rank: ctx.rank as u32,
-            world: ctx.world as u32,
-            ..self.local_params(op, ctx.timeout)?
-        })
+        let mut p = self.params_for(op, ctx.rank as u32, ctx.timeout)?;
+        p.pad_base = ctx.pads.base as u64;
+        p.pad_stride = ctx.pads.stride as u64;
+        p.world = ctx.world as u32;
+        Ok(p)
     }
 
-    /// Parameters of a kernel that knows no group (a local wait): the failure record
-    /// and the wait limit; the rank is unknown (`UNKNOWN_RANK`).
+    /// Parameters of a kernel that knows no group (a local wait): where failures
+    /// report and the wait limit; the rank is unknown (`UNKNOWN_RANK`).
     fn local_params(&self, op: OpId, timeout: Duration) -> Result<OpsParams> {
-        let timeout = if timeout.is_zero() {
-            DEFAULT_OP_TIMEOUT
-        } else {
-            timeout
-        };
-        Ok(OpsParams {
-            err: self.kernels()?.record.device,
-            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
-            rank: params::UNKNOWN_RANK,
-            world: 1,
-            op: op as u32,
-            ..OpsParams::default()
-        })
+        self.params_for(op, params::UNKNOWN_RANK, timeout)
+    }
+
+    fn params_for(&self, op: OpId, rank: u32, timeout: Duration) -> Result<OpsParams> {
+        // The signal kernels' report (zero timeout: the configured device-wait limit),
+        // naming this op instead of theirs: wait.cuh numbers both alike.
+        let mut wait = self.signals.wait_report(WaitOp::Barrier, rank, timeout)?;
+        wait.op = op as u32;
+        let mut p = OpsParams::new(wait, self.kernels()?.record.device);
+        p.rank = rank;
+        Ok(p)
     }
 
     /// Launches `pick` with `params` on `stream`; the path allocates nothing.
@@ -99,7 +99,7 @@ impl CudaOps {
         params: &OpsParams,
     ) -> Result<()> {
         let kernels = self.kernels()?;
-        kernels.record.take()?;
+        self.check_errors()?;
         let grid = u32::try_from(grid).map_err(|_| Error::invalid("grid exceeds u32"))?;
         let mut value = *params;
         let mut args = [(&mut value as *mut OpsParams).cast::<c_void>()];
@@ -161,8 +161,9 @@ fn check_context(ctx: &OpContext) -> Result<()> {
 
 impl DeviceOps for CudaOps {
     fn check_errors(&self) -> Result<()> {
+        self.signals.check_errors()?;
         match self.kernels.get() {
-            Some(Ok(kernels)) => kernels.record.take(),
+            Some(Ok(kernels)) => kernels.record.check(),
             _ => Ok(()),
         }
     }

@@ -1,16 +1,16 @@
 //! The ops kernels (`kernels/ops.cu`, embedded as PTX), loaded once per provider with
-//! `cuModuleLoadData`, and the host-mapped record they report failures into.
+//! `cuModuleLoadData`, and the host-mapped record they report split failures into
+//! (timed-out waits report into the signal kernels' record, `timeout_record.rs`).
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
 use super::super::driver::{self, DriverError};
 use super::super::probe::PrimaryContext;
-use super::params::{OpId, OpsError, ERR_BAD_SPLIT, ERR_OVERFLOW, ERR_TIMEOUT, UNKNOWN_RANK};
+use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_OVERFLOW, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// The PTX of `kernels/ops.cu`, NUL-terminated for `cuModuleLoadData`.
@@ -150,13 +150,19 @@ impl Drop for Module {
 }
 
 /// An [`OpsError`] in pinned host memory that the device writes through its mapping.
-/// It survives a trapped (lost) context, so the host can still say what happened.
+/// It survives the trap that follows (the lost context), so the host can still say
+/// what happened; once seen, the failure is reported by every later call, because
+/// the context never comes back.
 #[derive(Debug)]
 pub(super) struct FailureRecord {
     ctx: Arc<PrimaryContext>,
     host: *mut c_void,
     /// The record's device address, for `OpsParams::err`.
     pub device: u64,
+    /// The first failure read from the record.
+    seen: OnceLock<(OpsError, usize)>,
+    /// Serialises the read of the fields with their publication in `seen`.
+    reading: Mutex<()>,
 }
 
 impl FailureRecord {
@@ -169,6 +175,8 @@ impl FailureRecord {
             ctx: Arc::clone(ctx),
             host,
             device: 0,
+            seen: OnceLock::new(),
+            reading: Mutex::new(()),
         };
         // SAFETY: the allocation is page-aligned, large enough, and not yet shared with
         // the device, so a plain write races with nothing.
@@ -184,47 +192,46 @@ impl FailureRecord {
         unsafe { &*self.host.cast::<OpsError>() }
     }
 
-    /// Takes a pending failure; the no-failure path is one atomic load.
+    /// Fails once a kernel has recorded a split that does not fit, at every call from
+    /// then on. The no-failure path is one atomic load.
     #[inline]
-    pub(super) fn take(&self) -> Result<()> {
-        let record = self.record();
-        if record.word.load(Ordering::Relaxed) == 0 {
-            return Ok(());
+    pub(super) fn check(&self) -> Result<()> {
+        if let Some((fields, peer)) = self.seen.get() {
+            return Err(describe(fields, *peer));
         }
-        let word = record.word.swap(0, Ordering::Acquire);
+        let word = self.record().word.load(Ordering::Acquire);
         if word & ERROR_FLAG == 0 {
             return Ok(());
         }
-        // SAFETY: the fields were written before `word` (acquire above); nothing else
-        // writes them until the word is clear again.
-        let fields = unsafe { std::ptr::read_volatile(self.host.cast::<OpsError>()) };
-        Err(describe(&fields, (word & !ERROR_FLAG) as usize))
+        let _one_reader = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        let (fields, peer) = self.seen.get_or_init(|| {
+            // SAFETY: the fields were written before `word` (acquire above) and are
+            // never written again: the kernel trapped.
+            let raw = unsafe { std::ptr::read_volatile(self.host.cast::<OpsError>()) };
+            (raw, (word & !ERROR_FLAG) as usize)
+        });
+        Err(describe(fields, *peer))
     }
 }
 
 /// The error a device failure record stands for.
 fn describe(fields: &OpsError, peer: usize) -> Error {
-    let op = OpId::name(fields.op);
-    let lost = "the CUDA context is lost; the process must exit";
+    let op = WaitOp::name_of(fields.op);
+    let lost = "the device trapped, the CUDA context is lost and the process must exit";
     let error = match fields.kind {
-        ERR_TIMEOUT => Error::new(
-            Phase::Signal,
-            ErrorKind::Timeout {
-                missing: vec![peer],
-                waited: Duration::from_nanos(fields.waited_ns),
-            },
-        ),
         ERR_OVERFLOW => Error::invalid(format!(
             "{op}: {} rows from rank {peer} do not fit out (room for {} rows); nothing was \
-             copied and {lost}",
+             copied; {lost}",
             fields.rows, fields.room
         )),
         ERR_BAD_SPLIT => Error::invalid(format!(
             "{op}: a split of {} rows for rank {peer} is negative or reaches past the input \
-             ({} rows); nothing was sent and {lost}",
+             ({} rows); nothing was sent; {lost}",
             fields.rows, fields.room
         )),
-        other => Error::invalid(format!("{op}: device failure of unknown kind {other}")),
+        other => Error::invalid(format!(
+            "{op}: device failure of unknown kind {other}; {lost}"
+        )),
     };
     let error = error.with_peer(peer);
     if fields.rank == UNKNOWN_RANK {
@@ -254,6 +261,7 @@ impl Drop for FailureRecord {
 
 #[cfg(test)]
 mod tests {
+    use super::super::params::OpId;
     use super::*;
 
     #[test]
@@ -291,15 +299,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("room for 5 rows"), "{text}");
-        let timeout = describe(
+        assert!(text.contains("process must exit"), "{text}");
+        let bad = describe(
             &OpsError {
-                kind: ERR_TIMEOUT,
-                waited_ns: 2_000_000,
+                kind: ERR_BAD_SPLIT,
+                op: OpId::AllToAllVdev as u32,
+                rank: UNKNOWN_RANK,
+                rows: -1,
                 ..OpsError::default()
             },
             2,
         );
-        assert!(timeout.is_timeout());
-        assert_eq!(timeout.peer, Some(2));
+        assert_eq!((bad.rank, bad.peer), (None, Some(2)));
+        assert!(bad
+            .to_string()
+            .contains("all_to_all_vdev: a split of -1 rows"));
     }
 }

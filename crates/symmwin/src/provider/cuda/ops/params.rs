@@ -2,6 +2,26 @@
 //! the Rust mirror of `kernels/ops_params.cuh`. The tests check every offset the
 //! header's static_asserts check, so the two cannot drift apart silently.
 
+pub(super) use super::super::timeout_record::{WaitOp, WaitReport};
+
+/// Which op launched a kernel (`SYMMWIN_OP_*`, numbered as `symmwin::WaitOp` in
+/// `wait.cuh`), so a timeout and a split that does not fit name it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(super) enum OpId {
+    PutSignal = 2,
+    AllToAll = 4,
+    AllToAllVdev = 5,
+    AllToAllVdev2d = 6,
+    AllToAllVdev2dOffset = 7,
+    Broadcast = 8,
+    WaitForSignal = 9,
+    TileReduce = 10,
+    MultiRootTileReduce = 11,
+    Put = 12,
+    Get = 13,
+    PutWithSignal = 14,
+}
 use crate::error::{Error, Result};
 use crate::ops::SymmBuf;
 
@@ -13,46 +33,6 @@ pub const MAX_SPLITS: usize = 2048;
 pub const MAX_EXPERTS: usize = 512;
 /// Largest world a tile reduce's root set can name (`SYMMWIN_OPS_MAX_ROOT_WORLD`).
 pub const MAX_ROOT_WORLD: usize = 256;
-
-/// `OpsParams::op`: which op, so device messages can name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub(super) enum OpId {
-    AllToAll = 1,
-    AllToAllVdev = 2,
-    AllToAllVdev2d = 3,
-    AllToAllVdev2dOffset = 4,
-    Broadcast = 5,
-    Put = 6,
-    Get = 7,
-    PutWithSignal = 8,
-    WaitForSignal = 9,
-    PutSignal = 10,
-    TileReduce = 12,
-    MultiRootTileReduce = 13,
-}
-
-impl OpId {
-    /// The op's name, as torch spells it.
-    pub(super) fn name(code: u32) -> &'static str {
-        match code {
-            1 => "all_to_all",
-            2 => "all_to_all_vdev",
-            3 => "all_to_all_vdev_2d",
-            4 => "all_to_all_vdev_2d_offset",
-            5 => "broadcast",
-            6 => "put",
-            7 => "get",
-            8 => "put_with_signal",
-            9 => "wait_for_signal",
-            10 => "put_signal",
-            11 => "wait_signal",
-            12 => "tile_reduce",
-            13 => "multi_root_tile_reduce",
-            _ => "op",
-        }
-    }
-}
 
 /// `OpsParams::rank` of a kernel that knows no group (`SYMMWIN_OPS_UNKNOWN_RANK`).
 pub(super) const UNKNOWN_RANK: u32 = u32::MAX;
@@ -75,8 +55,7 @@ pub(super) const DTYPE_BF16: u32 = 1;
 pub(super) const DTYPE_F16: u32 = 2;
 pub(super) const DTYPE_F64: u32 = 3;
 
-/// `OpsError::kind`.
-pub(super) const ERR_TIMEOUT: u32 = 1;
+/// `OpsError::kind` (timeouts go to the signal kernels' record, `timeout_record.rs`).
 pub(super) const ERR_OVERFLOW: u32 = 2;
 pub(super) const ERR_BAD_SPLIT: u32 = 3;
 
@@ -105,7 +84,7 @@ impl Operand {
 
 /// `struct OpsParams` of `ops_params.cuh`, passed by value to every ops kernel.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct OpsParams {
     pub src: Operand,
     pub dst: Operand,
@@ -114,7 +93,7 @@ pub(super) struct OpsParams {
     pub pad_base: u64,
     pub pad_stride: u64,
     pub err: u64,
-    pub timeout_ns: u64,
+    pub wait: WaitReport,
     pub row_bytes: u64,
     pub bytes: u64,
     pub rows: u64,
@@ -127,11 +106,39 @@ pub(super) struct OpsParams {
     pub blocks_per_peer: u32,
     pub channel: u32,
     pub mode: u32,
-    pub op: u32,
+    pub _reserved: u32,
     pub roots: [u64; MAX_ROOT_WORLD / 64],
 }
 
 impl OpsParams {
+    /// Every field zero but where timed-out waits report and where split failures go.
+    pub fn new(wait: WaitReport, err: u64) -> OpsParams {
+        OpsParams {
+            src: Operand::default(),
+            dst: Operand::default(),
+            src_splits: Operand::default(),
+            dst_splits: Operand::default(),
+            pad_base: 0,
+            pad_stride: 0,
+            err,
+            wait,
+            row_bytes: 0,
+            bytes: 0,
+            rows: 0,
+            value: 0,
+            major_align: 0,
+            rank: 0,
+            world: 1,
+            peer: 0,
+            experts: 0,
+            blocks_per_peer: 0,
+            channel: 0,
+            mode: 0,
+            _reserved: 0,
+            roots: [0; MAX_ROOT_WORLD / 64],
+        }
+    }
+
     /// Marks `rank` as a tile-reduce root.
     pub fn add_root(&mut self, rank: usize) -> Result<()> {
         if rank >= MAX_ROOT_WORLD {
@@ -151,10 +158,7 @@ pub(super) struct OpsError {
     pub word: std::sync::atomic::AtomicU32,
     pub kind: u32,
     pub op: u32,
-    pub channel: u32,
     pub rank: u32,
-    pub _pad: u32,
-    pub waited_ns: u64,
     pub rows: i64,
     pub room: i64,
 }
@@ -174,20 +178,20 @@ mod tests {
         assert_eq!(offset_of!(OpsParams, dst_splits), 96);
         assert_eq!(offset_of!(OpsParams, pad_base), 128);
         assert_eq!(offset_of!(OpsParams, err), 144);
-        assert_eq!(offset_of!(OpsParams, timeout_ns), 152);
-        assert_eq!(offset_of!(OpsParams, row_bytes), 160);
-        assert_eq!(offset_of!(OpsParams, bytes), 168);
-        assert_eq!(offset_of!(OpsParams, rows), 176);
-        assert_eq!(offset_of!(OpsParams, value), 184);
-        assert_eq!(offset_of!(OpsParams, major_align), 192);
-        assert_eq!(offset_of!(OpsParams, rank), 200);
-        assert_eq!(offset_of!(OpsParams, blocks_per_peer), 216);
-        assert_eq!(offset_of!(OpsParams, op), 228);
-        assert_eq!(offset_of!(OpsParams, roots), 232);
-        assert_eq!(size_of::<OpsParams>(), 264);
-        assert_eq!(size_of::<OpsError>(), 48);
-        assert_eq!(offset_of!(OpsError, waited_ns), 24);
-        assert_eq!(offset_of!(OpsError, room), 40);
+        assert_eq!(offset_of!(OpsParams, wait), 152);
+        assert_eq!(offset_of!(OpsParams, row_bytes), 176);
+        assert_eq!(offset_of!(OpsParams, bytes), 184);
+        assert_eq!(offset_of!(OpsParams, rows), 192);
+        assert_eq!(offset_of!(OpsParams, value), 200);
+        assert_eq!(offset_of!(OpsParams, major_align), 208);
+        assert_eq!(offset_of!(OpsParams, rank), 216);
+        assert_eq!(offset_of!(OpsParams, blocks_per_peer), 232);
+        assert_eq!(offset_of!(OpsParams, mode), 240);
+        assert_eq!(offset_of!(OpsParams, roots), 248);
+        assert_eq!(size_of::<OpsParams>(), 280);
+        assert_eq!(size_of::<OpsError>(), 32);
+        assert_eq!(offset_of!(OpsError, rows), 16);
+        assert_eq!(offset_of!(OpsError, room), 24);
     }
 
     #[test]
@@ -205,12 +209,36 @@ mod tests {
         assert_eq!(define("SYMMWIN_OPS_MAX_SPLITS"), MAX_SPLITS as u64);
         assert_eq!(define("SYMMWIN_OPS_MAX_EXPERTS"), MAX_EXPERTS as u64);
         assert_eq!(define("SYMMWIN_OPS_MAX_ROOT_WORLD"), MAX_ROOT_WORLD as u64);
-        assert_eq!(define("SYMMWIN_OP_ALL_TO_ALL"), OpId::AllToAll as u64);
-        assert_eq!(
-            define("SYMMWIN_OP_MULTI_ROOT_TILE_REDUCE"),
-            OpId::MultiRootTileReduce as u64
-        );
-        assert_eq!(define("SYMMWIN_OP_PUT_SIGNAL"), OpId::PutSignal as u64);
+        let ops = [
+            ("SYMMWIN_OP_PUT_SIGNAL", OpId::PutSignal),
+            ("SYMMWIN_OP_ALL_TO_ALL", OpId::AllToAll),
+            ("SYMMWIN_OP_ALL_TO_ALL_VDEV", OpId::AllToAllVdev),
+            ("SYMMWIN_OP_ALL_TO_ALL_VDEV_2D", OpId::AllToAllVdev2d),
+            (
+                "SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET",
+                OpId::AllToAllVdev2dOffset,
+            ),
+            ("SYMMWIN_OP_BROADCAST", OpId::Broadcast),
+            ("SYMMWIN_OP_WAIT_FOR_SIGNAL", OpId::WaitForSignal),
+            ("SYMMWIN_OP_TILE_REDUCE", OpId::TileReduce),
+            (
+                "SYMMWIN_OP_MULTI_ROOT_TILE_REDUCE",
+                OpId::MultiRootTileReduce,
+            ),
+            ("SYMMWIN_OP_PUT", OpId::Put),
+            ("SYMMWIN_OP_GET", OpId::Get),
+            ("SYMMWIN_OP_PUT_WITH_SIGNAL", OpId::PutWithSignal),
+        ];
+        let wait_cuh = include_str!("../../../../kernels/wait.cuh");
+        for (name, op) in ops {
+            assert_eq!(define(name), op as u64, "{name}");
+            // wait.cuh names the same number the same way.
+            let op_name = WaitOp::name_of(op as u32);
+            assert!(
+                wait_cuh.contains(&format!("return \"{op_name}\";")),
+                "{op_name}"
+            );
+        }
         assert_eq!(define("SYMMWIN_A2AV_2D_OFFSET"), A2AV_2D_OFFSET as u64);
         assert_eq!(define("SYMMWIN_A2AV_2D"), A2AV_2D as u64);
         assert_eq!(define("SYMMWIN_A2AV_1D"), A2AV_1D as u64);
@@ -226,14 +254,6 @@ mod tests {
         assert_eq!(define("SYMMWIN_DTYPE_F32"), DTYPE_F32 as u64);
         assert_eq!(define("SYMMWIN_OPS_ERR_BAD_SPLIT"), ERR_BAD_SPLIT as u64);
         assert_eq!(define("SYMMWIN_OPS_ERR_OVERFLOW"), ERR_OVERFLOW as u64);
-        assert_eq!(define("SYMMWIN_OPS_ERR_TIMEOUT"), ERR_TIMEOUT as u64);
-        for code in 1..=13 {
-            let name = OpId::name(code);
-            assert!(header.contains(&format!(
-                "#define SYMMWIN_OP_{} {code}",
-                name.to_uppercase()
-            )));
-        }
     }
 
     #[test]
@@ -254,7 +274,13 @@ mod tests {
 
     #[test]
     fn roots_are_bits() {
-        let mut p = OpsParams::default();
+        let wait = WaitReport {
+            record: 0,
+            timeout_ns: 1,
+            rank: 0,
+            op: OpId::TileReduce as u32,
+        };
+        let mut p = OpsParams::new(wait, 0);
         p.add_root(0).unwrap();
         p.add_root(65).unwrap();
         p.add_root(255).unwrap();
