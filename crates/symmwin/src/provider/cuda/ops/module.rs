@@ -10,6 +10,7 @@ use cudarc::driver::sys;
 
 use super::super::driver::{self, DriverError};
 use super::super::probe::PrimaryContext;
+use super::super::signals::Module;
 use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_OVERFLOW, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};
 
@@ -109,42 +110,6 @@ impl Drop for OpsKernels {
                 "synchronising before unloading the ops kernels: {}",
                 e.name()
             );
-        }
-    }
-}
-
-/// A loaded PTX module, unloaded on drop.
-#[derive(Debug)]
-struct Module {
-    ctx: Arc<PrimaryContext>,
-    raw: sys::CUmodule,
-}
-
-impl Module {
-    fn load(ctx: &Arc<PrimaryContext>, ptx: &CStr) -> std::result::Result<Self, DriverError> {
-        let _guard = ctx.enter()?;
-        // SAFETY: our context is current; Drop unloads the module in the same context.
-        let raw = unsafe { driver::module_load_data(ptx) }?;
-        Ok(Module {
-            ctx: Arc::clone(ctx),
-            raw,
-        })
-    }
-
-    fn function(&self, name: &CStr) -> std::result::Result<sys::CUfunction, DriverError> {
-        // SAFETY: the module is live; OpsKernels keeps it alive as long as the handle.
-        unsafe { driver::module_get_function(self.raw, name) }
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        let unloaded = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the module is ours and OpsKernels::drop waited for its kernels.
-            unsafe { driver::module_unload(self.raw) }
-        });
-        if let Err(e) = unloaded {
-            tracing::debug!("unloading the ops kernels failed: {}", e.name());
         }
     }
 }
