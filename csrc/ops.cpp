@@ -14,6 +14,7 @@
 #include "symmwin_ops.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,9 +50,10 @@ SymmwinOpOptions options_for(const at::Tensor& t) {
   return o;
 }
 
-// A tensor bound to its window: the handle keeps the window alive for the call.
+// A tensor bound to its window; `handle` or `owned` keeps the window alive for the call.
 struct Bound {
   Handle handle;
+  std::shared_ptr<SymmwinWindow> owned;
   SymmwinOperand operand;
 };
 
@@ -78,7 +80,29 @@ Bound bind_tensor(
   const auto storage = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
   const auto ptr = reinterpret_cast<uintptr_t>(t.data_ptr());
   TORCH_CHECK(ptr >= storage, "symmwin.", op, ": ", what, " starts before its storage");
-  return {handle, SymmwinOperand{window, handle->get_offset() + (ptr - storage), len, 0}};
+  return {handle, nullptr, SymmwinOperand{window, handle->get_offset() + (ptr - storage), len, 0}};
+}
+
+// For one-sided ops: the window the tensor already has on the world group. A
+// rendezvous is collective, and a one-sided op is called by one rank only, so it must
+// never start one (torch's own tests rendezvous before put/get).
+Bound bind_existing(const at::Tensor& t, const char* op, const char* what, size_t len) {
+  TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
+  SymmwinWindow* window = nullptr;
+  size_t offset = 0;
+  const auto status = symmwin_window_existing(t.data_ptr(), kWorldGroup, &window, &offset);
+  TORCH_CHECK(
+      status != SYMMWIN_NOT_FOUND,
+      "symmwin.",
+      op,
+      ": ",
+      what,
+      " has no window on the world group: it is not symmwin symmetric memory, or it "
+      "was not rendezvoused yet (call symm_mem.rendezvous(tensor, dist.group.WORLD) on "
+      "every rank first; a rendezvous is collective, a one-sided op cannot start one)");
+  check(op, status);
+  std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
+  return {Handle(), owned, SymmwinOperand{window, offset, len, 0}};
 }
 
 size_t bytes(const at::Tensor& t) {
@@ -324,7 +348,7 @@ at::Tensor broadcast(at::Tensor input, int64_t root, std::string group_name) {
 
 void put_get(const char* op, const at::Tensor& tensor, int64_t peer, bool into_peer) {
   require_contiguous(op, tensor, "tensor");
-  const auto b = bind_tensor(tensor, kWorldGroup, op, "tensor", bytes(tensor));
+  const auto b = bind_existing(tensor, op, "tensor", bytes(tensor));
   const auto opts = options_for(tensor);
   check(
       op,
@@ -345,13 +369,17 @@ void get(const at::Tensor& tensor, int64_t peer) {
 // `sigpad` as an operand: inside the signal pad of `data`'s window (torch's tests
 // pass `hdl.get_signal_pad(rank)`), or a symmetric tensor of its own.
 Bound bind_sigpad(const Bound& data, const at::Tensor& sigpad, const char* op) {
-  const auto& h = data.handle;
-  const auto pad = reinterpret_cast<uintptr_t>(h->get_signal_pad_ptrs().at(h->get_rank()));
+  const SymmwinWindow* window = data.operand.window;
+  SymmwinWindowInfo info{};
+  check(op, symmwin_window_info(window, &info));
+  void* pad_ptr = nullptr;
+  check(op, symmwin_window_pad_ptr(window, info.rank, &pad_ptr));
+  const auto pad = reinterpret_cast<uintptr_t>(pad_ptr);
   const auto ptr = reinterpret_cast<uintptr_t>(sigpad.data_ptr());
-  if (pad != 0 && ptr >= pad && ptr + bytes(sigpad) <= pad + sm::get_signal_pad_size()) {
-    return {h, SymmwinOperand{data.operand.window, ptr - pad, bytes(sigpad), 1}};
+  if (pad != 0 && ptr >= pad && ptr + bytes(sigpad) <= pad + info.pad_size) {
+    return {data.handle, data.owned, SymmwinOperand{window, ptr - pad, bytes(sigpad), 1}};
   }
-  return bind_tensor(sigpad, kWorldGroup, op, "sigpad", bytes(sigpad));
+  return bind_existing(sigpad, op, "sigpad", bytes(sigpad));
 }
 
 void put_with_signal(
@@ -362,7 +390,7 @@ void put_with_signal(
   const char* op = "put_with_signal";
   require_contiguous(op, tensor, "tensor");
   require_device(op, sigpad, tensor, "sigpad");
-  const auto b = bind_tensor(tensor, kWorldGroup, op, "tensor", bytes(tensor));
+  const auto b = bind_existing(tensor, op, "tensor", bytes(tensor));
   const auto s = bind_sigpad(b, sigpad, op);
   const auto opts = options_for(tensor);
   check(

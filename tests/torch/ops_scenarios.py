@@ -221,15 +221,20 @@ def one_sided(ctx):
     n = 33
     pairs = []
     bufs = [_sym(ctx, (n,), torch.float32) for _ in range(W)]
+    # One-sided ops need a window: rendezvous (collective) on every rank first, as
+    # torch's own tests do before nvshmem_put.
+    for b in bufs:
+        symm_mem.rendezvous(b, _group())
     for dst in range(W):
         bufs[me].fill_(me * 100 + dst)
         torch.ops.symmwin.put(bufs[me], dst)
         dist.barrier()
         if me == dst:
             for src in range(W):
-                assert (bufs[src] == src * 100 + dst).all(), ("put", src, dst)
+                assert (bufs[src] == src * 100 + dst).all(), ("put", src, dst, bufs[src].tolist())
         dist.barrier()
     g = _sym(ctx, (n,), torch.int64)
+    symm_mem.rendezvous(g, _group())
     for src in range(W):
         g.fill_(me)
         dist.barrier()
@@ -328,6 +333,7 @@ def bad_input(ctx):
             torch.ops.symmwin.tile_reduce, _sym(ctx, (2, 2), torch.int64), _sym(ctx, (2, 2), torch.int64), 0, g
         ),
         "peer": _error(torch.ops.symmwin.put, inp, W),
+        "no_window": _error(torch.ops.symmwin.put, _sym(ctx, (4,), torch.float32), 0),
         "engine": _error(ops.set_engine, "dma"),
     }
     # Every rank sends 3 rows to rank 0, whose out (a 2-row view) has no room: rank 0

@@ -80,6 +80,7 @@ def test_bad_input_is_a_clear_error(device, world):
     assert "unit inner stride" in m["inner_stride"]
     assert "float32" in m["int_tile"]
     assert "out of range" in m["peer"]
+    assert "rendezvous" in m["no_window"] and "one-sided" in m["no_window"]
     assert "unknown engine" in m["engine"]
     room = m["room"]
     # Names the peer, the rows and the room.

@@ -468,6 +468,16 @@ SymmwinStatus symmwin_op_tile_reduce(const SymmwinOperand *ins,
                                      const char *reduce_op,
                                      const SymmwinOpOptions *opts);
 
+/**
+ * The window already made for the allocation covering `ptr` on group `name`, and
+ * `ptr`'s byte offset in each rank's slot; `SYMMWIN_NOT_FOUND` when there is none
+ * yet. Never collective. Release the window with `symmwin_window_release`.
+ */
+SymmwinStatus symmwin_window_existing(void *ptr,
+                                      const char *name,
+                                      SymmwinWindow **out,
+                                      size_t *offset);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

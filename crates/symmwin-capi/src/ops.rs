@@ -9,7 +9,10 @@ use symmwin::ops::collective::{self, Operand};
 use symmwin::ops::plan::Shape;
 use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
 
-use super::{config, guard, provider, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow};
+use super::{
+    config, guard, out_arg, provider, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow,
+    REGISTRY,
+};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
 /// its signal pad when `in_pads` is non-zero).
@@ -355,5 +358,31 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
             op,
             &options(opts)?,
         ))
+    })
+}
+
+/// The window already made for the allocation covering `ptr` on group `name`, and
+/// `ptr`'s byte offset in each rank's slot; `SYMMWIN_NOT_FOUND` when there is none
+/// yet. Never collective. Release the window with `symmwin_window_release`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_window_existing(
+    ptr: *mut c_void,
+    name: *const c_char,
+    out: *mut *mut SymmwinWindow,
+    offset: *mut usize,
+) -> SymmwinStatus {
+    guard(|| {
+        // SAFETY: a NUL-terminated string from the caller.
+        let name = unsafe { str_arg(name, "group name") }?;
+        let out = out_arg(out, "out")?;
+        let offset = out_arg(offset, "offset")?;
+        match REGISTRY.existing_window(ptr as usize, name) {
+            Some((window, at)) => {
+                *offset = at;
+                *out = Box::into_raw(Box::new(SymmwinWindow { window, offset: at }));
+                Ok(SymmwinStatus::SymmwinOk)
+            }
+            None => Ok(SymmwinStatus::SymmwinNotFound),
+        }
     })
 }

@@ -82,6 +82,17 @@ impl Registry {
         Ok(group)
     }
 
+    /// The window already made for the allocation covering `ptr` on group `name`,
+    /// and `ptr`'s offset in it; never collective (for one-sided ops, which must not
+    /// start a rendezvous that only one rank joins).
+    pub fn existing_window(&self, ptr: usize, name: &str) -> Option<(Window, usize)> {
+        let (alloc, offset) = self.find(ptr)?;
+        let window = lock(&self.windows)
+            .get(&(alloc.id(), name.to_owned()))?
+            .clone();
+        Some((window, offset))
+    }
+
     /// Window of the allocation covering `ptr` on `group`, and `ptr`'s offset in it.
     /// `Ok(None)` when `ptr` is not ours. Cached: a second call is not collective.
     pub fn rendezvous(
