@@ -105,6 +105,8 @@ _release_on_destroy()
 # sockets must not outlive the process.
 atexit.register(_C.remove_sockets)
 
+from . import ops  # noqa: E402  (registers nothing new: torch.ops.symmwin lives in _C)
+
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
     """Return ``(base, stride)`` of a rendezvous handle.

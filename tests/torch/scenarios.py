@@ -380,6 +380,8 @@ def gpu_ops(ctx):
     ctx.sync()
     return {"checks": checks, "sums": sums}
 
+# The ops scenarios (torch.ops.symmwin.*) live in their own module.
+from ops_scenarios import a2a_2d, a2a_vdev, bad_input, host_sized, one_sided, soak, tiles  # noqa: E402,F401
 
 # ---------------------------------------------------------------------------
 # Device-side timeouts (CUDA). A wait that times out traps: torch's next synchronize

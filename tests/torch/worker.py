@@ -2,6 +2,7 @@
 a scenario, write its result as JSON. Not a test module; harness.py starts it."""
 
 import ctypes
+import importlib
 import json
 import os
 import sys
@@ -68,9 +69,14 @@ def main() -> int:
         symm_mem.set_backend(backend)
 
     ctx = Ctx(rank, world, device, args, port=int(port))
-    module = scenarios if hasattr(scenarios, scenario) else hostile_scenarios
+    # "module:name" runs a scenario kept in another module of this directory.
+    module_name, _, name = scenario.rpartition(":")
+    if module_name:
+        module = importlib.import_module(module_name)
+    else:
+        module = scenarios if hasattr(scenarios, name) else hostile_scenarios
     try:
-        result = {"ok": True, "value": getattr(module, scenario)(ctx)}
+        result = {"ok": True, "value": getattr(module, name)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:

@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)] // Each function's safety contract is its doc comment.
 
+mod ops;
 mod store;
 
 use std::cell::RefCell;
@@ -23,6 +24,7 @@ use symmwin::{
     Window,
 };
 
+pub use ops::{SymmwinOpOptions, SymmwinOperand};
 pub use store::SymmwinStore;
 
 /// Result of every call.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, Table};
+use crate::provider::{PadView, ProviderInfo, Signals, Span, Table};
 use crate::signal::pool::PadLease;
 use crate::signal::{SignalOptions, Stream};
 
@@ -183,7 +183,13 @@ impl Window {
         Ok(ptr)
     }
 
-    fn pads(&self) -> Result<PadView> {
+    /// The provider the window's memory comes from (for [`crate::ops`]).
+    pub(crate) fn provider(&self) -> &dyn crate::provider::Provider {
+        &*self.inner.group.provider
+    }
+
+    /// The window's signal pads (an error when it has none).
+    pub(crate) fn pads(&self) -> Result<PadView> {
         let pad =
             self.inner.pad.as_ref().ok_or_else(|| {
                 Error::invalid("this window has no signal pads").at_rank(self.rank())
@@ -197,12 +203,13 @@ impl Window {
         })
     }
 
-    /// The limit of a signal operation given `timeout` (None: the configured one).
-    fn timeout(&self, timeout: Option<Duration>) -> Duration {
+    /// The limit of a signal operation or op given `timeout` (None: the configured
+    /// one, the device-wait limit for CUDA memory and the group's timeout for host
+    /// memory).
+    pub(crate) fn timeout(&self, timeout: Option<Duration>) -> Duration {
         let group = &self.inner.group;
-        timeout.unwrap_or(match group.provider.info().kind {
-            ProviderKind::Cuda => group.device_timeout,
-            ProviderKind::Host => group.timeout,
+        timeout.unwrap_or_else(|| {
+            (group.provider.info().kind).wait_limit(group.timeout, group.device_timeout)
         })
     }
 
