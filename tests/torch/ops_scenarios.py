@@ -354,3 +354,37 @@ def bad_input(ctx):
     a2a(inp, out, in_splits, out_so, g)
     assert out[:W, 0].tolist() == [float(s) for s in range(W)]
     return msgs
+
+
+def compiled(ctx):
+    """The ops that return nothing trace under torch.compile (fake kernels) and give
+    the eager results."""
+    W, me = ctx.world, ctx.rank
+    g = _group()
+    inp = _sym(ctx, (W * 2, 3), torch.float32)
+    out = _sym(ctx, (W * 2 + 8, 3), torch.float32)
+    in_splits = _sym(ctx, (W,), torch.int64)
+    out_so = _sym(ctx, (2, W), torch.int64)
+    a2a_in = _sym(ctx, (W * 4,), torch.float32)
+    a2a_out = _sym(ctx, (W * 4,), torch.float32)
+
+    def step():
+        # Symmetric buffers are written in place by peers: they enter the graph as
+        # inputs the ops mutate, never as functional copies (so no copy_ in here).
+        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
+        torch.ops.symmwin.all_to_all_into(a2a_in, a2a_out, g)
+        return out[: W * 2] * 2, a2a_out + 1
+
+    in_splits.fill_(2)
+    a2a_in.copy_(torch.arange(W * 4, dtype=torch.float32) + 10 * me)
+    inp.copy_(torch.arange(W * 6, dtype=torch.float32).reshape(W * 2, 3) + 100 * me)
+    eager = [t.clone() for t in step()]
+    out.fill_(0)
+    a2a_out.fill_(0)
+    # Inductor re-inplaces the mutated buffers (aot_eager would run the op on clones,
+    # which are not symmetric memory).
+    fn = torch.compile(step, fullgraph=True)
+    traced = fn()
+    assert all(torch.equal(a, b) for a, b in zip(eager, traced)), (eager, traced)
+    assert out_so[0].tolist() == [2] * W
+    return [t.tolist() for t in traced][0][0]

@@ -378,4 +378,4 @@ def gpu_ops(ctx):
     return {"checks": checks, "sums": sums}
 
 # The ops scenarios (torch.ops.symmwin.*) live in their own module.
-from ops_scenarios import a2a_2d, a2a_vdev, bad_input, host_sized, one_sided, soak, tiles  # noqa: E402,F401
+from ops_scenarios import a2a_2d, a2a_vdev, bad_input, compiled, host_sized, one_sided, soak, tiles  # noqa: E402,F401

@@ -4,10 +4,14 @@ scenarios run on SYMMWIN with CUDA tensors where GPUs are present."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from harness import run_world
+from harness import run_world, worker_env
 
 WORLDS = [1, 2, 3, 4, 8]
 
@@ -86,3 +90,29 @@ def test_bad_input_is_a_clear_error(device, world):
     # Names the peer, the rows and the room.
     assert "received splits do not fit out" in room and "sends 3 rows" in room, room
     assert "room for 2 rows" in room and "peer" in room, room
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ops_returning_nothing_compile(device):
+    _need(device)
+    # Rank 0 of a world of one receives its own two rows, doubled.
+    assert run_world(1, "compiled", device=device, timeout=600) == [[0.0, 2.0, 4.0]]
+
+
+MOE = Path(__file__).resolve().parents[2] / "examples" / "moe" / "moe_layer.py"
+
+
+def test_moe_example_runs_bare_on_one_rank():
+    proc = subprocess.run(
+        [sys.executable, str(MOE), "--device", "cpu"], env=worker_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "moe rank 0/1 on cpu: ok" in proc.stdout
+
+
+def test_moe_example_runs_under_torchrun_on_cpu():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += [str(MOE), "--device", "cpu", "--experts-per-rank", "3", "--topk", "3"]
+    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": ok (") == 2, proc.stdout
