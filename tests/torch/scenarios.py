@@ -378,4 +378,14 @@ def gpu_ops(ctx):
     return {"checks": checks, "sums": sums}
 
 # The ops scenarios (torch.ops.symmwin.*) live in their own module.
-from ops_scenarios import a2a_2d, a2a_vdev, bad_input, compiled, host_sized, one_sided, soak, tiles  # noqa: E402,F401
+from ops_scenarios import (  # noqa: E402,F401
+    a2a_2d,
+    a2a_vdev,
+    bad_input,
+    compiled,
+    host_sized,
+    one_sided,
+    same_as_torch,
+    soak,
+    tiles,
+)
