@@ -55,7 +55,8 @@ HOST_BACKEND = "SYMMWIN_HOST"
 
 _C.register()
 
-from . import ops  # noqa: E402  (registers nothing new: torch.ops.symmwin lives in _C)
+from . import ops  # noqa: E402  (torch.ops.symmwin itself is registered by _C)
+from .ops import put_signal, wait_signal  # noqa: E402  (torch's signatures)
 
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
