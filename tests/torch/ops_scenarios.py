@@ -64,7 +64,7 @@ def _case(ctx, dtype_name: str, pattern: str, experts: int, seed: int):
     return splits, data
 
 
-def a2a_vdev(ctx):
+def ops_a2a_vdev(ctx):
     """all_to_all_vdev over dtypes and split patterns, against the model."""
     results = []
     W, me = ctx.world, ctx.rank
@@ -113,7 +113,7 @@ def _dispatch_expected(splits, data, me, W, E, align):
     return recv, offsets, chunks, start
 
 
-def a2a_2d(ctx):
+def ops_a2a_2d(ctx):
     """Dispatch (all_to_all_vdev_2d) then combine (all_to_all_vdev_2d_offset) back,
     for each major_align, dtype and pattern; combine must restore the input."""
     W, me = ctx.world, ctx.rank
@@ -151,7 +151,7 @@ def a2a_2d(ctx):
     return results
 
 
-def host_sized(ctx):
+def ops_host_sized(ctx):
     """all_to_all (and its functional form), broadcast from every root."""
     W, me = ctx.world, ctx.rank
     checks = []
@@ -177,7 +177,7 @@ def host_sized(ctx):
     return checks
 
 
-def tiles(ctx):
+def ops_tiles(ctx):
     """tile_reduce to every root on strided views; multi_root_tile_reduce."""
     W, me = ctx.world, ctx.rank
     done = []
@@ -214,7 +214,7 @@ def tiles(ctx):
     return done
 
 
-def one_sided(ctx):
+def ops_one_sided(ctx):
     """put / get / put_with_signal / wait_for_signal / put_signal / wait_signal
     between every ordered pair of ranks, a rank to itself included."""
     W, me = ctx.world, ctx.rank
@@ -269,7 +269,7 @@ def one_sided(ctx):
     return len(pairs)
 
 
-def soak(ctx):
+def ops_soak(ctx):
     """1,000 all_to_all_vdev calls in a row, interleaved with barrier(); the pads are
     zero at the end."""
     W, me = ctx.world, ctx.rank
@@ -301,7 +301,7 @@ def _error(fn, *args, **kwargs) -> str:
     raise AssertionError(f"{fn} did not raise")
 
 
-def bad_input(ctx):
+def ops_bad_input(ctx):
     """Every bad argument is a clear error; received splits larger than out move
     nothing and name the peer, the rows and the room."""
     W, me = ctx.world, ctx.rank
@@ -360,7 +360,7 @@ def bad_input(ctx):
     return msgs
 
 
-def compiled(ctx):
+def ops_compiled(ctx):
     """The ops that return nothing trace under torch.compile (fake kernels) and give
     the eager results."""
     W, me = ctx.world, ctx.rank
@@ -394,7 +394,7 @@ def compiled(ctx):
     return [t.tolist() for t in traced][0][0]
 
 
-def same_as_torch(ctx):
+def ops_same_as_torch(ctx):
     """The same inputs through torch's NVSHMEM ops (args impl="symm_mem", run with
     torch_backend) or through ours (impl="symmwin"); returns every output for the
     test to compare."""

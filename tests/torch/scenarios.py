@@ -379,13 +379,13 @@ def gpu_ops(ctx):
 
 # The ops scenarios (torch.ops.symmwin.*) live in their own module.
 from ops_scenarios import (  # noqa: E402,F401
-    a2a_2d,
-    a2a_vdev,
-    bad_input,
-    compiled,
-    host_sized,
-    one_sided,
-    same_as_torch,
-    soak,
-    tiles,
+    ops_a2a_2d,
+    ops_a2a_vdev,
+    ops_bad_input,
+    ops_compiled,
+    ops_host_sized,
+    ops_one_sided,
+    ops_same_as_torch,
+    ops_soak,
+    ops_tiles,
 )

@@ -26,7 +26,7 @@ def _need(device: str) -> None:
 @pytest.mark.parametrize("device,world", WORLDS)
 def test_all_to_all_vdev_matches_the_model(device, world):
     _need(device)
-    results = run_world(world, "a2a_vdev", device=device, timeout=240)
+    results = run_world(world, "ops_a2a_vdev", device=device, timeout=240)
     # Every rank checked its output; the patterns really move data somewhere.
     assert all(len(r) == 12 for r in results)
     assert sum(rows for r in results for (_, _, rows) in r) > 0
@@ -35,7 +35,7 @@ def test_all_to_all_vdev_matches_the_model(device, world):
 @pytest.mark.parametrize("device,world", WORLDS)
 def test_dispatch_then_combine_restores_the_input(device, world):
     _need(device)
-    results = run_world(world, "a2a_2d", device=device, timeout=300)
+    results = run_world(world, "ops_a2a_2d", device=device, timeout=300)
     assert all(len(r) == 36 for r in results)
 
 
@@ -43,34 +43,34 @@ def test_dispatch_then_combine_restores_the_input(device, world):
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_all_to_all_and_broadcast(device, world):
     _need(device)
-    assert run_world(world, "host_sized", device=device) == [["bfloat16", "float32", "int64", "uint8"]] * world
+    assert run_world(world, "ops_host_sized", device=device) == [["bfloat16", "float32", "int64", "uint8"]] * world
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_tile_reduce_to_every_root(device, world):
     _need(device)
-    assert all(len(r) == 4 for r in run_world(world, "tiles", device=device))
+    assert all(len(r) == 4 for r in run_world(world, "ops_tiles", device=device))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_one_sided_between_every_pair(device, world):
     _need(device)
-    assert run_world(world, "one_sided", device=device, timeout=180) == [world * world] * world
+    assert run_world(world, "ops_one_sided", device=device, timeout=180) == [world * world] * world
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_a_thousand_calls_leave_the_pads_at_zero(device):
     _need(device)
-    assert run_world(2, "soak", device=device, timeout=300) == [1000, 1000]
+    assert run_world(2, "ops_soak", device=device, timeout=300) == [1000, 1000]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("world", [1, 2])
 def test_bad_input_is_a_clear_error(device, world):
     _need(device)
-    results = run_world(world, "bad_input", device=device)
+    results = run_world(world, "ops_bad_input", device=device)
     m = results[0]
     assert "not symmwin symmetric memory" in m["plain"]
     assert "same dtype" in m["dtype"]
@@ -98,7 +98,7 @@ def test_bad_input_is_a_clear_error(device, world):
 def test_ops_returning_nothing_compile(device):
     _need(device)
     # Rank 0 of a world of one receives its own two rows, doubled.
-    assert run_world(1, "compiled", device=device, timeout=600) == [[0.0, 2.0, 4.0]]
+    assert run_world(1, "ops_compiled", device=device, timeout=600) == [[0.0, 2.0, 4.0]]
 
 
 MOE = Path(__file__).resolve().parents[2] / "examples" / "moe" / "moe_layer.py"
@@ -125,8 +125,8 @@ def test_same_outputs_as_torchs_nvshmem_ops():
 
     if torch.cuda.device_count() < 2 or not symm_mem.is_nvshmem_available():
         pytest.skip("needs 2 GPUs and torch's NVSHMEM (one rank per GPU)")
-    theirs = run_world(2, "same_as_torch", device="cuda", args={"impl": "symm_mem", "torch_backend": True})
-    ours = run_world(2, "same_as_torch", device="cuda", args={"impl": "symmwin"})
+    theirs = run_world(2, "ops_same_as_torch", device="cuda", args={"impl": "symm_mem", "torch_backend": True})
+    ours = run_world(2, "ops_same_as_torch", device="cuda", args={"impl": "symmwin"})
     for rank, (t, o) in enumerate(zip(theirs, ours)):
         for key in t:
             assert o[key] == t[key], f"rank {rank}: {key} differs"
