@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 
@@ -37,9 +38,19 @@ impl Engine {
         }
     }
 
+    /// [`Engine::from_env`], read once per process: ops consult it on every call, and
+    /// reading the environment allocates.
+    pub fn process_default() -> Result<Engine> {
+        static DEFAULT: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| Engine::from_env().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(Error::invalid)
+    }
+
     /// `choice` when the caller forced one, else the process default.
     pub fn resolve(choice: Option<Engine>) -> Result<Engine> {
-        choice.map_or_else(Engine::from_env, Ok)
+        choice.map_or_else(Engine::process_default, Ok)
     }
 }
 
