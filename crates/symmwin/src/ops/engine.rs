@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Environment variable that sets the default [`Engine`] of a process.
 pub const ENGINE_ENV: &str = "SYMMWIN_OPS_ENGINE";
@@ -41,9 +41,14 @@ impl Engine {
     /// [`Engine::from_env`], read once per process: ops consult it on every call, and
     /// reading the environment allocates.
     pub fn process_default() -> Result<Engine> {
+        // Keep the reason alone: `Error::invalid` adds the prefix again.
         static DEFAULT: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
+        let reason = |e: Error| match e.kind {
+            ErrorKind::InvalidArgument(reason) => reason,
+            other => other.to_string(),
+        };
         DEFAULT
-            .get_or_init(|| Engine::from_env().map_err(|e| e.to_string()))
+            .get_or_init(|| Engine::from_env().map_err(reason))
             .clone()
             .map_err(Error::invalid)
     }
