@@ -188,6 +188,12 @@ impl Window {
         &*self.inner.group.provider
     }
 
+    /// `e` with this rank and, on a subgroup, the group's global ranks (for
+    /// [`crate::ops`], whose errors read as the window's own).
+    pub(crate) fn context(&self, e: Error) -> Error {
+        self.inner.group.context(e)
+    }
+
     /// The window's signal pads (an error when it has none).
     pub(crate) fn pads(&self) -> Result<PadView> {
         let pad =

@@ -121,18 +121,18 @@ fn peer_arg(peer: usize, world: usize, what: &str) -> Result<usize> {
     )))
 }
 
-/// Run `f` with the context of `window`, attaching this rank to any error.
+/// Run `f` with the context of `window`, attaching this rank (and a subgroup's
+/// global ranks) to any error.
 fn run(
     window: &Window,
     opts: &OpOptions,
     f: impl FnOnce(&dyn super::DeviceOps, &OpContext) -> Result<()>,
 ) -> Result<()> {
-    let rank = window.rank();
     let go = || {
         let ctx = context(window, opts)?;
         f(window.provider().ops(), &ctx)
     };
-    go().map_err(|e| e.at_rank(rank))
+    go().map_err(|e| window.context(e))
 }
 
 /// Equal-split all-to-all (torch's `nvshmem_all_to_all`): `input` and `out` hold the
@@ -151,7 +151,7 @@ pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> 
         }
         Ok((input.symm("input")?, out.symm("out")?, input.len / world))
     };
-    let (i, o, per_peer) = check().map_err(|e| e.at_rank(w.rank()))?;
+    let (i, o, per_peer) = check().map_err(|e| w.context(e))?;
     // SAFETY: both operands were checked to lie in their live windows of one group.
     run(w, opts, |ops, ctx| unsafe {
         ops.all_to_all(ctx, &i, &o, per_peer)
@@ -170,8 +170,8 @@ pub fn all_to_all_v(
     opts: &OpOptions,
 ) -> Result<()> {
     let w = input.window;
-    let args = var_args(shape, input, out, splits, out_splits_offsets, rows)
-        .map_err(|e| e.at_rank(w.rank()))?;
+    let args =
+        var_args(shape, input, out, splits, out_splits_offsets, rows).map_err(|e| w.context(e))?;
     // SAFETY: var_args checked every operand against its window, the table lengths
     // against the world size and the row counts against the operands.
     run(w, opts, |ops, ctx| unsafe {
@@ -268,7 +268,7 @@ fn check_rows(rows: &Rows, in_len: usize, out_len: usize) -> Result<()> {
 pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
     let w = buf.window;
     let check = || Ok((buf.symm("input")?, peer_arg(root, w.world(), "root")?));
-    let (b, root) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (b, root) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: the operand was checked to lie in its live window.
     run(w, opts, |ops, ctx| unsafe {
         ops.broadcast(ctx, &b, b.len, root)
@@ -279,7 +279,7 @@ pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
 pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) -> Result<()> {
     let w = buf.window;
     let check = || Ok((buf.symm("tensor")?, peer_arg(peer, w.world(), "peer")?));
-    let (b, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (b, peer) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: the operand was checked to lie in its live window.
     run(w, opts, |ops, ctx| unsafe {
         if into_peer {
@@ -321,7 +321,7 @@ pub fn put_with_signal(
             peer_arg(peer, w.world(), "peer")?,
         ))
     };
-    let (b, s, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (b, s, peer) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: both operands were checked to lie in their live windows.
     run(w, opts, |ops, ctx| unsafe {
         ops.put_with_signal(ctx, &b, b.len, &s, value, peer)
@@ -335,7 +335,7 @@ pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) 
         let word = signal_word(&sig)?.addr(w.rank())?;
         Ok((word, peer_arg(peer, w.world(), "peer")?))
     };
-    let (word, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (word, peer) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: the word was checked to lie, aligned, in this rank's live window.
     let timeout = w.timeout(opts.timeout);
     unsafe {
@@ -349,7 +349,7 @@ pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) 
             opts.stream,
         )
     }
-    .map_err(|e| e.at_rank(w.rank()))
+    .map_err(|e| w.context(e))
 }
 
 /// [`wait_for_signal`] on a word given by address (a view of a signal pad).
@@ -406,7 +406,7 @@ pub unsafe fn put_signal(
         d.len = len;
         Ok((d, peer_arg(peer, w.world(), "peer")?))
     };
-    let (d, peer) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (d, peer) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: `dst` was checked against its window; the caller vouches for `src`.
     run(w, opts, |ops, ctx| unsafe {
         ops.put_signal(ctx, src, len, &d, peer)
@@ -415,7 +415,7 @@ pub unsafe fn put_signal(
 
 /// Wait for `peer`'s [`put_signal`] on `window` (channel 0).
 pub fn wait_signal(window: &Window, peer: usize, opts: &OpOptions) -> Result<()> {
-    let peer = peer_arg(peer, window.world(), "peer").map_err(|e| e.at_rank(window.rank()))?;
+    let peer = peer_arg(peer, window.world(), "peer").map_err(|e| window.context(e))?;
     let mut options = SignalOptions::channel(0).stream(Stream::from_raw(opts.stream));
     if let Some(timeout) = opts.timeout {
         options = options.timeout(timeout);
@@ -463,7 +463,7 @@ pub fn tile_reduce(
             .collect::<Result<Vec<_>>>()?;
         Ok((bufs, tile_buf(&out, extent, "out_tile")?))
     };
-    let (bufs, o) = check().map_err(|e: Error| e.at_rank(w.rank()))?;
+    let (bufs, o) = check().map_err(|e: Error| w.context(e))?;
     // SAFETY: every tile was checked to lie in its live window with the tile's extent.
     run(w, opts, |ops, ctx| unsafe {
         ops.tile_reduce(ctx, &bufs, roots, &o, &tile, op)
