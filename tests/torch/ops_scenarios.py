@@ -448,3 +448,37 @@ def ops_same_as_torch(ctx):
         "broadcast": bc.cpu().tolist(),
         "tile_reduce": tout.float().cpu().tolist() if me == 0 else None,
     }
+
+
+def ops_timeouts(ctx):
+    """CPU, SYMMWIN_TIMEOUT_MS short: rank 0 calls a collective op and a
+    wait_for_signal that no peer answers; both raise symmwin.TimeoutError naming rank
+    0. The other ranks keep out until rank 0 is done."""
+    import time
+
+    import symmwin
+
+    store = dist.distributed_c10d._get_default_store()
+    W, me, g = ctx.world, ctx.rank, _group()
+    inp, out = _sym(ctx, (4 * W,), torch.float32), _sym(ctx, (4 * W,), torch.float32)
+    hdl = symm_mem.rendezvous(inp, g)
+    symm_mem.rendezvous(out, g)
+    if me != 0:
+        deadline = time.monotonic() + 60
+        while not store.check(["ops_timeouts_done"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return None
+    calls = {
+        "all_to_all_into": lambda: torch.ops.symmwin.all_to_all_into(inp, out, g),
+        "wait_for_signal": lambda: torch.ops.symmwin.wait_for_signal(hdl.get_signal_pad(0), 7, W - 1),
+    }
+    caught = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except symmwin.TimeoutError as e:
+            caught[name] = str(e)
+        else:
+            raise AssertionError(f"{name} without its peers did not time out")
+    store.set("ops_timeouts_done", "1")
+    return caught

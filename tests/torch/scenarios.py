@@ -391,6 +391,7 @@ from ops_scenarios import (  # noqa: E402,F401
     ops_same_as_torch,
     ops_soak,
     ops_tiles,
+    ops_timeouts,
 )
 
 # ---------------------------------------------------------------------------

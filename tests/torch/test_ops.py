@@ -94,6 +94,17 @@ def test_bad_input_is_a_clear_error(device, world):
     assert "room for 2 rows" in room and "peer" in room, room
 
 
+def test_an_op_whose_peers_never_come_raises_symmwin_timeout_error():
+    # CPU only: on CUDA the wait traps (tests/torch/test_ops_gpu.py's overflow case).
+    results = run_world(2, "ops_timeouts", timeout=120, env={"SYMMWIN_TIMEOUT_MS": "1500"})
+    caught = results[0]
+    assert "rank 0" in caught["all_to_all_into"] and "timed out" in caught["all_to_all_into"], caught
+    # The sigpad is in no window: the C ABI is told the waiting rank.
+    assert "rank 0 " in caught["wait_for_signal"] and "4294967295" not in caught["wait_for_signal"], caught
+    assert "peer 1" in caught["wait_for_signal"], caught
+    assert results[1] is None
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_ops_returning_nothing_compile(device):
     _need(device)
