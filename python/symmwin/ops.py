@@ -15,9 +15,11 @@ functionalize; ``all_to_all_into`` and ``broadcast_into`` are the same ops retur
 nothing, for ``torch.compile``.
 
 Ops whose sizes the host knows (``all_to_all``, ``broadcast``, ``put``, ``get``) run on
-an engine: ``"auto"`` (per size, measured), ``"sm"`` (kernels) or ``"copy_engine"``
-(peer copies, no SM). Choose with ``SYMMWIN_OPS_ENGINE``, :func:`set_engine`, the
-:func:`engine` context manager, or the ``engine=`` argument of the wrappers below.
+an engine: ``"auto"`` (per size: the copy engine from 16 MiB per peer for the
+collectives and 4 MiB for put/get, provisional thresholds), ``"sm"`` (kernels) or
+``"copy_engine"`` (peer copies, no SM). Choose with ``SYMMWIN_OPS_ENGINE``,
+:func:`set_engine`, the :func:`engine` context manager, or the ``engine=`` argument
+of the wrappers below. Every rank of a group must use the same engine.
 """
 
 from __future__ import annotations
