@@ -58,9 +58,9 @@ setup(
     ext_modules=[
         CppExtension(
             "symmwin._C",
-            ["csrc/symmwin_torch.cpp", "csrc/symmwin_remote.cpp"],
+            ["csrc/symmwin_torch.cpp", "csrc/symmwin_remote.cpp", "csrc/ops.cpp"],
             include_dirs=[str(ROOT / "crates/symmwin-capi/include")],
-            depends=["crates/symmwin-capi/include/symmwin.h"],
+            depends=["crates/symmwin-capi/include/symmwin.h", "csrc/symmwin_ops.h", "csrc/symmwin_remote.h"],
             extra_compile_args=["-O2"],
             extra_link_args=[
                 # Keep the Rust runtime's symbols private to this module.

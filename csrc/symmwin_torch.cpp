@@ -9,6 +9,7 @@
 #include <symmwin.h>
 
 #include "symmwin_remote.h"
+#include "symmwin_ops.h"
 
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -380,6 +381,10 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     return peers;
   }
 
+  SymmwinWindow* window() const {
+    return window_.get();
+  }
+
   std::vector<void*> get_buffer_ptrs() override {
     return buffers_;
   }
@@ -702,6 +707,23 @@ std::string probe() {
 }
 
 } // namespace
+
+SymmwinWindow* symmwin_torch::window_of(
+    const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+  auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get());
+  return ours == nullptr ? nullptr : ours->window();
+}
+
+void symmwin_torch::check_op(const char* op, SymmwinStatus status) {
+  if (status == SYMMWIN_OK) {
+    return;
+  }
+  const std::string message = "symmwin." + std::string(op) + ": " + symmwin_last_error();
+  if (is_own_timeout(status)) {
+    throw SymmwinTimeoutError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
+  }
+  TORCH_CHECK(false, message);
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";

@@ -107,6 +107,9 @@ _release_on_destroy()
 # sockets must not outlive the process.
 atexit.register(_C.remove_sockets)
 
+from . import ops  # noqa: E402  (torch.ops.symmwin itself is registered by _C)
+from .ops import put_signal, wait_signal  # noqa: E402  (torch's signatures)
+
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
     """Return ``(base, stride)`` of a rendezvous handle.

@@ -380,6 +380,19 @@ def gpu_ops(ctx):
     ctx.sync()
     return {"checks": checks, "sums": sums}
 
+# The ops scenarios (torch.ops.symmwin.*) live in their own module.
+from ops_scenarios import (  # noqa: E402,F401
+    ops_a2a_2d,
+    ops_a2a_vdev,
+    ops_bad_input,
+    ops_compiled,
+    ops_host_sized,
+    ops_one_sided,
+    ops_same_as_torch,
+    ops_soak,
+    ops_tiles,
+    ops_timeouts,
+)
 
 # ---------------------------------------------------------------------------
 # Device-side timeouts (CUDA). A wait that times out traps: torch's next synchronize

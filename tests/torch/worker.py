@@ -69,13 +69,16 @@ def main() -> int:
         symm_mem.set_backend(backend)
 
     ctx = Ctx(rank, world, device, args, port=int(port))
-    module_name, _, function = scenario.rpartition(".")
+    # "module:name" or "module.name" runs a scenario kept in another module of this
+    # directory; a bare name is one of the backend's or the hostile scenarios.
+    separator = ":" if ":" in scenario else "."
+    module_name, _, name = scenario.rpartition(separator)
     if module_name:
         module = importlib.import_module(module_name)
     else:
-        module = scenarios if hasattr(scenarios, function) else hostile_scenarios
+        module = scenarios if hasattr(scenarios, name) else hostile_scenarios
     try:
-        result = {"ok": True, "value": getattr(module, function)(ctx)}
+        result = {"ok": True, "value": getattr(module, name)(ctx)}
     except BaseException:
         result = {"ok": False, "error": traceback.format_exc()}
     with open(out, "w") as f:

@@ -20,6 +20,41 @@
 #define SYMMWIN_RECV 1
 
 /**
+ * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
+ */
+#define SYMMWIN_A2A_FLAT 0
+
+/**
+ * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev_2d` (dispatch).
+ */
+#define SYMMWIN_A2A_DISPATCH 1
+
+/**
+ * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev_2d_offset` (combine).
+ */
+#define SYMMWIN_A2A_COMBINE 2
+
+/**
+ * Tile element type: float32.
+ */
+#define SYMMWIN_ELEM_F32 0
+
+/**
+ * Tile element type: float64.
+ */
+#define SYMMWIN_ELEM_F64 1
+
+/**
+ * Tile element type: float16.
+ */
+#define SYMMWIN_ELEM_F16 2
+
+/**
+ * Tile element type: bfloat16.
+ */
+#define SYMMWIN_ELEM_BF16 3
+
+/**
  * Result of every call.
  */
 typedef enum {
@@ -308,6 +343,48 @@ typedef struct {
   void (*release)(void *ctx);
 } SymmwinRemote;
 
+/**
+ * One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
+ * its signal pad when `in_pads` is non-zero).
+ */
+typedef struct {
+  /**
+   * A window from `symmwin_rendezvous`.
+   */
+  const SymmwinWindow *window;
+  /**
+   * Byte offset inside the slot (`data_ptr - buffer_ptrs[rank]`).
+   */
+  size_t offset;
+  /**
+   * Bytes of this rank's operand.
+   */
+  size_t len;
+  /**
+   * Non-zero: the operand lies in the window's signal pads.
+   */
+  int in_pads;
+} SymmwinOperand;
+
+/**
+ * Per-call options of an op.
+ */
+typedef struct {
+  /**
+   * 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
+   * 3: copy engine.
+   */
+  int engine;
+  /**
+   * Wait limit in milliseconds; 0 uses the configured timeout.
+   */
+  uint64_t timeout_ms;
+  /**
+   * CUDA stream (ignored for host memory).
+   */
+  void *stream;
+} SymmwinOpOptions;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -488,6 +565,110 @@ SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemo
  * (`len` must be at least the world size). Returns `SYMMWIN_OK`.
  */
 SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
+
+/**
+ * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+ */
+SymmwinStatus symmwin_op_all_to_all(SymmwinOperand input,
+                                    SymmwinOperand out,
+                                    const SymmwinOpOptions *opts);
+
+/**
+ * The all-to-all-v family (`shape` is one of `SYMMWIN_A2A_*`); `splits` is
+ * `in_splits` (`in_splits_offsets` for combine). Rows count dim 0 of `row_bytes`
+ * bytes; `major_align` is used by dispatch only and must be positive there.
+ */
+SymmwinStatus symmwin_op_all_to_all_v(int shape,
+                                      int64_t major_align,
+                                      SymmwinOperand input,
+                                      SymmwinOperand out,
+                                      SymmwinOperand splits,
+                                      SymmwinOperand out_splits_offsets,
+                                      size_t row_bytes,
+                                      size_t in_rows,
+                                      size_t out_rows,
+                                      const SymmwinOpOptions *opts);
+
+/**
+ * Broadcast `root`'s `buf` to every rank.
+ */
+SymmwinStatus symmwin_op_broadcast(SymmwinOperand buf, int root, const SymmwinOpOptions *opts);
+
+/**
+ * One-sided copy of this rank's `buf` into `peer`'s (`into_peer` non-zero: put) or
+ * of `peer`'s into this rank's (get).
+ */
+SymmwinStatus symmwin_op_put_get(SymmwinOperand buf,
+                                 int peer,
+                                 int into_peer,
+                                 const SymmwinOpOptions *opts);
+
+/**
+ * Put `buf` to `peer`, then set `peer`'s 64-bit `sig` to `value`.
+ */
+SymmwinStatus symmwin_op_put_with_signal(SymmwinOperand buf,
+                                         SymmwinOperand sig,
+                                         uint64_t value,
+                                         int peer,
+                                         const SymmwinOpOptions *opts);
+
+/**
+ * Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
+ * `value` (sent by `peer` to this process's world rank `rank`, both named in a
+ * timeout error), then zero it. `word` must be a live, 8-byte aligned
+ * word of that memory (a signal pad or a symmetric tensor).
+ */
+SymmwinStatus symmwin_op_wait_for_signal(void *word,
+                                         int device,
+                                         uint64_t value,
+                                         int rank,
+                                         int peer,
+                                         const SymmwinOpOptions *opts);
+
+/**
+ * Copy `len` bytes at `src` into `peer`'s `dst`, then signal `peer` on channel 0.
+ * `src` must be memory of the window's provider, readable for `len` bytes.
+ */
+SymmwinStatus symmwin_op_put_signal(const void *src,
+                                    size_t len,
+                                    SymmwinOperand dst,
+                                    int peer,
+                                    const SymmwinOpOptions *opts);
+
+/**
+ * Wait for `peer`'s `symmwin_op_put_signal` on window `w`.
+ */
+SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
+                                     int peer,
+                                     const SymmwinOpOptions *opts);
+
+/**
+ * Tile reduce: rank `roots[i]` receives the reduction over all ranks of `ins[i]` in
+ * its `out`. Tiles are `rows` x `cols` elements of type `elem` (`SYMMWIN_ELEM_*`),
+ * rows `row_stride` elements apart; `reduce_op` is `"sum"`.
+ */
+SymmwinStatus symmwin_op_tile_reduce(const SymmwinOperand *ins,
+                                     size_t n,
+                                     const int *roots,
+                                     SymmwinOperand out,
+                                     size_t rows,
+                                     size_t cols,
+                                     size_t row_stride,
+                                     int elem,
+                                     const char *reduce_op,
+                                     const SymmwinOpOptions *opts);
+
+/**
+ * The window already made for the allocation covering `ptr` on group `name` of
+ * `device` (-1 for host memory), and `ptr`'s byte offset in each rank's slot;
+ * `SYMMWIN_NOT_FOUND` when there is none yet. Never collective. Release the window
+ * with `symmwin_window_release`.
+ */
+SymmwinStatus symmwin_window_existing(void *ptr,
+                                      const char *name,
+                                      int device,
+                                      SymmwinWindow **out,
+                                      size_t *offset);
 
 #ifdef __cplusplus
 }  // extern "C"

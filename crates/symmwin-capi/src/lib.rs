@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)] // Each function's safety contract is its doc comment.
 
+mod ops;
 mod remote;
 mod store;
 
@@ -24,6 +25,7 @@ use symmwin::{
     Window,
 };
 
+pub use ops::{SymmwinOpOptions, SymmwinOperand};
 pub use remote::{
     SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV, SYMMWIN_SEND,
 };

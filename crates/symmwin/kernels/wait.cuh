@@ -39,6 +39,18 @@ enum WaitOp : uint32_t {
   kOpBarrier = 1,
   kOpPutSignal = 2,
   kOpWaitSignal = 3,
+  // The device ops of ops.cu (SYMMWIN_OP_* in ops_params.cuh).
+  kOpAllToAll = 4,
+  kOpAllToAllVdev = 5,
+  kOpAllToAllVdev2d = 6,
+  kOpAllToAllVdev2dOffset = 7,
+  kOpBroadcast = 8,
+  kOpWaitForSignal = 9,
+  kOpTileReduce = 10,
+  kOpMultiRootTileReduce = 11,
+  kOpPut = 12,
+  kOpGet = 13,
+  kOpPutWithSignal = 14,
 };
 
 __device__ __forceinline__ const char* op_name(uint32_t op) {
@@ -49,6 +61,28 @@ __device__ __forceinline__ const char* op_name(uint32_t op) {
       return "put_signal";
     case kOpWaitSignal:
       return "wait_signal";
+    case kOpAllToAll:
+      return "all_to_all";
+    case kOpAllToAllVdev:
+      return "all_to_all_vdev";
+    case kOpAllToAllVdev2d:
+      return "all_to_all_vdev_2d";
+    case kOpAllToAllVdev2dOffset:
+      return "all_to_all_vdev_2d_offset";
+    case kOpBroadcast:
+      return "broadcast";
+    case kOpWaitForSignal:
+      return "wait_for_signal";
+    case kOpTileReduce:
+      return "tile_reduce";
+    case kOpMultiRootTileReduce:
+      return "multi_root_tile_reduce";
+    case kOpPut:
+      return "put";
+    case kOpGet:
+      return "get";
+    case kOpPutWithSignal:
+      return "put_with_signal";
     default:
       return "device op";
   }

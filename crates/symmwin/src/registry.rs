@@ -133,6 +133,18 @@ impl Registry {
         released.len()
     }
 
+    /// The window already made for the allocation covering `ptr` on group `name` of
+    /// `device`, and `ptr`'s offset in it; never collective (for one-sided ops, which
+    /// must not start a rendezvous that only one rank joins). A rendezvous of that
+    /// window still running in another thread is waited for.
+    pub fn existing_window(&self, ptr: usize, name: &str, device: i32) -> Option<(Window, usize)> {
+        let (alloc, offset) = self.find(ptr)?;
+        let group = self.group(name, device)?;
+        let slot = Arc::clone(lock(&self.windows).get(&(alloc.id(), group_key(&group)))?);
+        let window = lock(&slot).as_ref()?.clone();
+        Some((window, offset))
+    }
+
     /// Window of the allocation covering `ptr` on `group`, and `ptr`'s offset in it.
     /// `Ok(None)` when `ptr` is not ours (counted on the group, so that a peer that
     /// did take part is told which rank skipped). Cached: a later call is not

@@ -258,7 +258,19 @@ impl Window {
         Ok(ptr)
     }
 
-    fn pads(&self) -> Result<PadView> {
+    /// The provider the window's memory comes from (for [`crate::ops`]).
+    pub(crate) fn provider(&self) -> &dyn crate::provider::Provider {
+        &*self.inner.group.provider
+    }
+
+    /// `e` with this rank and, on a subgroup, the group's global ranks (for
+    /// [`crate::ops`], whose errors read as the window's own).
+    pub(crate) fn context(&self, e: Error) -> Error {
+        self.inner.group.context(e)
+    }
+
+    /// The window's signal pads (an error when it has none).
+    pub(crate) fn pads(&self) -> Result<PadView> {
         let pad =
             self.inner.pad.as_ref().ok_or_else(|| {
                 Error::invalid("this window has no signal pads").at_rank(self.rank())
@@ -272,12 +284,13 @@ impl Window {
         })
     }
 
-    /// The limit of a signal operation given `timeout` (None: the configured one).
-    fn timeout(&self, timeout: Option<Duration>) -> Duration {
+    /// The limit of a signal operation or op given `timeout` (None: the configured
+    /// one, the device-wait limit for CUDA memory and the group's timeout for host
+    /// memory).
+    pub(crate) fn timeout(&self, timeout: Option<Duration>) -> Duration {
         let group = &self.inner.group;
-        timeout.unwrap_or(match group.provider.info().kind {
-            ProviderKind::Cuda => group.device_timeout,
-            ProviderKind::Host => group.timeout,
+        timeout.unwrap_or_else(|| {
+            (group.provider.info().kind).wait_limit(group.timeout, group.device_timeout)
         })
     }
 

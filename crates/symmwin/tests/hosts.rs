@@ -333,3 +333,52 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
         );
     }
 }
+
+/// Ops move data by load/store, so on a group spanning hosts a collective is refused
+/// before anything runs, naming the ranks it cannot reach, and a one-sided op works
+/// to a mapped peer and is refused to an unmapped one.
+#[test]
+fn ops_that_reach_unmapped_ranks_are_refused_before_they_run() {
+    use symmwin::ops::collective::{self, Operand};
+    use symmwin::ops::OpOptions;
+    let hosts = ["a", "a", "b", "b"];
+    let results = spanning("ops", &hosts, None, |rank, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        alloc_fill(&alloc, rank as u8 + 1);
+        let window = group.rendezvous(&alloc).unwrap();
+        let opts = OpOptions::default();
+        let whole = || Operand::new(&window, 0, 4096);
+        let collective_err = collective::all_to_all(whole(), whole(), &opts).unwrap_err();
+        let far = (rank + 2) % 4;
+        let one_sided_err = collective::put_or_get(whole(), far, false, &opts).unwrap_err();
+        // A get from the partner on this host is a plain load and works. Partners
+        // get disjoint halves, so neither overwrites what the other reads.
+        let half = (rank % 2) * 2048;
+        collective::put_or_get(Operand::new(&window, half, 2048), rank ^ 1, false, &opts).unwrap();
+        let mut first = [0u8; 1];
+        window.read(rank, half, &mut first).unwrap();
+        (collective_err, one_sided_err, first[0])
+    });
+    for (rank, (collective_err, one_sided_err, first)) in results.into_iter().enumerate() {
+        let far: Vec<usize> = if rank < 2 { vec![2, 3] } else { vec![0, 1] };
+        assert!(
+            matches!(collective_err.kind, ErrorKind::Unsupported(_)),
+            "{collective_err}"
+        );
+        let text = collective_err.to_string();
+        assert!(
+            text.contains(&format!("{far:?}")) && text.contains("another host"),
+            "{text}"
+        );
+        let text = one_sided_err.to_string();
+        assert!(
+            text.contains(&format!("[{}]", (rank + 2) % 4)) && text.contains("one-sided"),
+            "{text}"
+        );
+        assert_eq!(
+            first,
+            (rank ^ 1) as u8 + 1,
+            "rank {rank} got its partner's bytes"
+        );
+    }
+}

@@ -23,6 +23,7 @@ const REQUIRED_SEALS: SealFlags = SealFlags::SHRINK
 #[derive(Debug, Default)]
 pub struct HostProvider {
     signals: HostSignals,
+    ops: crate::ops::host::HostOps,
 }
 
 impl HostProvider {
@@ -148,6 +149,10 @@ impl Provider for HostProvider {
 
     fn signals(&self) -> &dyn super::Signals {
         &self.signals
+    }
+
+    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+        &self.ops
     }
 
     unsafe fn copy(&self, dst: usize, src: usize, len: usize) -> Result<()> {

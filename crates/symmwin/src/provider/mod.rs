@@ -25,6 +25,18 @@ pub enum ProviderKind {
     Cuda,
 }
 
+impl ProviderKind {
+    /// The default limit of a wait on this kind of memory: the device-wait limit
+    /// (`device`) for CUDA memory, where an expired wait traps the context, and the
+    /// host-side timeout (`host`) for host memory.
+    pub fn wait_limit(self, host: Duration, device: Duration) -> Duration {
+        match self {
+            ProviderKind::Cuda => device,
+            ProviderKind::Host => host,
+        }
+    }
+}
+
 /// How memory is shared between processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum HandleType {
@@ -243,6 +255,15 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
         None
     }
+
+    /// Collective and one-sided ops on this provider's memory ([`crate::ops`]); a
+    /// provider without them refuses every op with a clear error.
+    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+        &crate::ops::UnsupportedOps {
+            provider: "this provider's",
+        }
+    }
+
     /// Copy `len` bytes between mapped addresses, complete on return. Not ordered
     /// with any stream's work: the caller makes sure both ranges are idle.
     ///

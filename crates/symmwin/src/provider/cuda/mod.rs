@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 
 mod driver;
 mod map_batch;
+mod ops;
 mod probe;
 mod signals;
 mod timeout_record;
@@ -30,6 +31,10 @@ mod timeout_tests;
 use driver::PhaseExt;
 use probe::PrimaryContext;
 
+pub use ops::{
+    CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
+    MAX_SPLITS,
+};
 pub use probe::{
     device_count, peer_access, probe_device, report_table, DeviceReport, HandleSupport,
 };
@@ -43,7 +48,8 @@ pub struct CudaProvider {
     handle_type: HandleType,
     granularity: usize,
     stream: Arc<PrivateStream>,
-    signals: CudaSignals,
+    signals: Arc<CudaSignals>,
+    ops: CudaOps,
 }
 
 impl CudaProvider {
@@ -84,8 +90,10 @@ impl CudaProvider {
         .phase(Phase::Probe)?;
         let stream = Arc::new(PrivateStream::new(&ctx)?);
         tracing::debug!("CUDA device {device}: {handle_type} handles, granularity {granularity}");
+        let signals = Arc::new(CudaSignals::new(Arc::clone(&ctx)));
         Ok(CudaProvider {
-            signals: CudaSignals::new(Arc::clone(&ctx)),
+            ops: CudaOps::new(Arc::clone(&ctx), Arc::clone(&signals)),
+            signals,
             ctx,
             handle_type,
             granularity,
@@ -232,7 +240,11 @@ impl Provider for CudaProvider {
     }
 
     fn signals(&self) -> &dyn Signals {
-        &self.signals
+        &*self.signals
+    }
+
+    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+        &self.ops
     }
 
     /// Runs on the provider's private non-blocking stream: it is not ordered after work

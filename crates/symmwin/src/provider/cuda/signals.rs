@@ -402,15 +402,18 @@ impl Drop for Kernels {
     }
 }
 
-/// A loaded PTX module, unloaded on drop.
+/// A loaded PTX module, unloaded on drop (also the ops kernels' module).
 #[derive(Debug)]
-struct Module {
-    ctx: Arc<PrimaryContext>,
+pub(super) struct Module {
+    pub(super) ctx: Arc<PrimaryContext>,
     raw: sys::CUmodule,
 }
 
 impl Module {
-    fn load(ctx: &Arc<PrimaryContext>, ptx: &CStr) -> std::result::Result<Self, DriverError> {
+    pub(super) fn load(
+        ctx: &Arc<PrimaryContext>,
+        ptx: &CStr,
+    ) -> std::result::Result<Self, DriverError> {
         let _guard = ctx.enter()?;
         // SAFETY: our context is current; Drop unloads the module in the same context.
         let raw = unsafe { driver::module_load_data(ptx) }?;
@@ -420,8 +423,13 @@ impl Module {
         })
     }
 
-    fn function(&self, name: &CStr) -> std::result::Result<sys::CUfunction, DriverError> {
-        // SAFETY: the module is live; Kernels keeps it alive as long as the handle.
+    /// A kernel of the module; valid while the module is, which its owner guarantees by
+    /// keeping both together.
+    pub(super) fn function(
+        &self,
+        name: &CStr,
+    ) -> std::result::Result<sys::CUfunction, DriverError> {
+        // SAFETY: the module is live; its owner keeps it alive as long as the handle.
         unsafe { driver::module_get_function(self.raw, name) }
     }
 }
@@ -429,11 +437,11 @@ impl Module {
 impl Drop for Module {
     fn drop(&mut self) {
         let unloaded = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the module is ours and Kernels::drop waited for its kernels.
+            // SAFETY: the module is ours and its owner's Drop waited for its kernels.
             unsafe { driver::module_unload(self.raw) }
         });
         if let Err(e) = unloaded {
-            tracing::debug!("unloading the signal kernels failed: {}", e.name());
+            tracing::debug!("unloading a kernel module failed: {}", e.name());
         }
     }
 }

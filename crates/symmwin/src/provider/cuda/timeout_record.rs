@@ -28,11 +28,23 @@ pub(super) enum WaitOp {
 }
 
 impl WaitOp {
-    fn name_of(raw: u32) -> &'static str {
+    pub(super) fn name_of(raw: u32) -> &'static str {
         match raw {
             1 => "barrier",
             2 => "put_signal",
             3 => "wait_signal",
+            // The device ops (`OpId` in provider/cuda/ops/params.rs).
+            4 => "all_to_all",
+            5 => "all_to_all_vdev",
+            6 => "all_to_all_vdev_2d",
+            7 => "all_to_all_vdev_2d_offset",
+            8 => "broadcast",
+            9 => "wait_for_signal",
+            10 => "tile_reduce",
+            11 => "multi_root_tile_reduce",
+            12 => "put",
+            13 => "get",
+            14 => "put_with_signal",
             _ => "device op",
         }
     }

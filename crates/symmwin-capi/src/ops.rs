@@ -1,0 +1,399 @@
+//! The ops of `symmwin::ops` over the C ABI. Operands are (window, byte offset, bytes)
+//! triples; enums cross as plain ints and are decoded here, so no C value can be an
+//! invalid Rust enum.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::time::Duration;
+
+use symmwin::ops::collective::{self, Operand};
+use symmwin::ops::plan::Shape;
+use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
+
+use super::{
+    config, guard, out_arg, provider, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow,
+    REGISTRY,
+};
+
+/// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
+/// its signal pad when `in_pads` is non-zero).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SymmwinOperand {
+    /// A window from `symmwin_rendezvous`.
+    pub window: *const SymmwinWindow,
+    /// Byte offset inside the slot (`data_ptr - buffer_ptrs[rank]`).
+    pub offset: usize,
+    /// Bytes of this rank's operand.
+    pub len: usize,
+    /// Non-zero: the operand lies in the window's signal pads.
+    pub in_pads: c_int,
+}
+
+/// Per-call options of an op.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SymmwinOpOptions {
+    /// 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
+    /// 3: copy engine.
+    pub engine: c_int,
+    /// Wait limit in milliseconds; 0 uses the configured timeout.
+    pub timeout_ms: u64,
+    /// CUDA stream (ignored for host memory).
+    pub stream: *mut c_void,
+}
+
+/// `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
+pub const SYMMWIN_A2A_FLAT: c_int = 0;
+/// `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev_2d` (dispatch).
+pub const SYMMWIN_A2A_DISPATCH: c_int = 1;
+/// `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev_2d_offset` (combine).
+pub const SYMMWIN_A2A_COMBINE: c_int = 2;
+
+/// Tile element type: float32.
+pub const SYMMWIN_ELEM_F32: c_int = 0;
+/// Tile element type: float64.
+pub const SYMMWIN_ELEM_F64: c_int = 1;
+/// Tile element type: float16.
+pub const SYMMWIN_ELEM_F16: c_int = 2;
+/// Tile element type: bfloat16.
+pub const SYMMWIN_ELEM_BF16: c_int = 3;
+
+fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
+    let h = window_arg(op.window)?;
+    Ok(Operand {
+        window: &h.window,
+        offset: op.offset,
+        len: op.len,
+        in_pads: op.in_pads != 0,
+    })
+}
+
+fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
+    // SAFETY: a non-null options pointer points to a SymmwinOpOptions of the caller.
+    let Some(o) = (unsafe { opts.as_ref() }) else {
+        return Ok(OpOptions::default());
+    };
+    let engine = match o.engine {
+        0 => None,
+        1 => Some(Engine::Auto),
+        2 => Some(Engine::Sm),
+        3 => Some(Engine::CopyEngine),
+        other => {
+            return Err(symmwin::Error::invalid(format!(
+                "unknown engine code {other}"
+            )))
+        }
+    };
+    Ok(OpOptions {
+        engine,
+        timeout: (o.timeout_ms > 0).then(|| Duration::from_millis(o.timeout_ms)),
+        stream: o.stream as usize,
+    })
+}
+
+fn count(v: i64, what: &str) -> symmwin::Result<usize> {
+    usize::try_from(v).map_err(|_| symmwin::Error::invalid(format!("{what} {v} is negative")))
+}
+
+fn ok(r: symmwin::Result<()>) -> symmwin::Result<SymmwinStatus> {
+    r.map(|()| SymmwinStatus::SymmwinOk)
+}
+
+/// Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_all_to_all(
+    input: SymmwinOperand,
+    out: SymmwinOperand,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        ok(collective::all_to_all(
+            operand(&input)?,
+            operand(&out)?,
+            &options(opts)?,
+        ))
+    })
+}
+
+/// The all-to-all-v family (`shape` is one of `SYMMWIN_A2A_*`); `splits` is
+/// `in_splits` (`in_splits_offsets` for combine). Rows count dim 0 of `row_bytes`
+/// bytes; `major_align` is used by dispatch only and must be positive there.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn symmwin_op_all_to_all_v(
+    shape: c_int,
+    major_align: i64,
+    input: SymmwinOperand,
+    out: SymmwinOperand,
+    splits: SymmwinOperand,
+    out_splits_offsets: SymmwinOperand,
+    row_bytes: usize,
+    in_rows: usize,
+    out_rows: usize,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let shape = match shape {
+            SYMMWIN_A2A_FLAT => Shape::Flat,
+            SYMMWIN_A2A_DISPATCH => {
+                if major_align <= 0 {
+                    return Err(symmwin::Error::invalid(format!(
+                        "major_align must be positive, not {major_align}"
+                    )));
+                }
+                Shape::Dispatch {
+                    major_align: count(major_align, "major_align")?,
+                }
+            }
+            SYMMWIN_A2A_COMBINE => Shape::Combine,
+            other => {
+                return Err(symmwin::Error::invalid(format!(
+                    "unknown shape code {other}"
+                )))
+            }
+        };
+        let rows = Rows {
+            row_bytes,
+            in_rows,
+            out_rows,
+        };
+        ok(collective::all_to_all_v(
+            shape,
+            operand(&input)?,
+            operand(&out)?,
+            operand(&splits)?,
+            operand(&out_splits_offsets)?,
+            rows,
+            &options(opts)?,
+        ))
+    })
+}
+
+/// Broadcast `root`'s `buf` to every rank.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_broadcast(
+    buf: SymmwinOperand,
+    root: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let b = operand(&buf)?;
+        let root = rank_arg(root, b.window.world())?;
+        ok(collective::broadcast(b, root, &options(opts)?))
+    })
+}
+
+/// One-sided copy of this rank's `buf` into `peer`'s (`into_peer` non-zero: put) or
+/// of `peer`'s into this rank's (get).
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_put_get(
+    buf: SymmwinOperand,
+    peer: c_int,
+    into_peer: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let b = operand(&buf)?;
+        let peer = rank_arg(peer, b.window.world())?;
+        ok(collective::put_or_get(
+            b,
+            peer,
+            into_peer != 0,
+            &options(opts)?,
+        ))
+    })
+}
+
+/// Put `buf` to `peer`, then set `peer`'s 64-bit `sig` to `value`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_put_with_signal(
+    buf: SymmwinOperand,
+    sig: SymmwinOperand,
+    value: u64,
+    peer: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let b = operand(&buf)?;
+        let peer = rank_arg(peer, b.window.world())?;
+        ok(collective::put_with_signal(
+            b,
+            operand(&sig)?,
+            value,
+            peer,
+            &options(opts)?,
+        ))
+    })
+}
+
+/// Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
+/// `value` (sent by `peer` to this process's world rank `rank`, both named in a
+/// timeout error), then zero it. `word` must be a live, 8-byte aligned
+/// word of that memory (a signal pad or a symmetric tensor).
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_wait_for_signal(
+    word: *mut c_void,
+    device: c_int,
+    value: u64,
+    rank: c_int,
+    peer: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let rank = usize::try_from(rank)
+            .map_err(|_| symmwin::Error::invalid(format!("rank {rank} is negative")))?;
+        let peer = usize::try_from(peer).map_err(|_| {
+            symmwin::Error::invalid(format!("peer {peer} is negative")).at_rank(rank)
+        })?;
+        let opts = options(opts)?;
+        let provider = provider(device)?;
+        let config = config()?;
+        let timeout = opts.timeout.unwrap_or_else(|| {
+            (provider.info().kind).wait_limit(config.timeout, config.device_timeout)
+        });
+        // SAFETY: the caller guarantees a live, aligned word of `device`'s memory.
+        ok(unsafe {
+            collective::wait_for_signal_at(
+                &*provider,
+                word as usize,
+                value,
+                rank,
+                peer,
+                timeout,
+                opts.stream,
+            )
+        })
+    })
+}
+
+/// Copy `len` bytes at `src` into `peer`'s `dst`, then signal `peer` on channel 0.
+/// `src` must be memory of the window's provider, readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_put_signal(
+    src: *const c_void,
+    len: usize,
+    dst: SymmwinOperand,
+    peer: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        if src.is_null() && len > 0 {
+            return Err(symmwin::Error::invalid("put_signal: src is NULL"));
+        }
+        let d = operand(&dst)?;
+        let peer = rank_arg(peer, d.window.world())?;
+        // SAFETY: the caller guarantees `src..src+len` is readable memory of the
+        // window's provider that outlives the op.
+        ok(unsafe { collective::put_signal(src as usize, len, d, peer, &options(opts)?) })
+    })
+}
+
+/// Wait for `peer`'s `symmwin_op_put_signal` on window `w`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_op_wait_signal(
+    w: *const SymmwinWindow,
+    peer: c_int,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        let h = window_arg(w)?;
+        let peer = rank_arg(peer, h.window.world())?;
+        ok(collective::wait_signal(&h.window, peer, &options(opts)?))
+    })
+}
+
+/// Tile reduce: rank `roots[i]` receives the reduction over all ranks of `ins[i]` in
+/// its `out`. Tiles are `rows` x `cols` elements of type `elem` (`SYMMWIN_ELEM_*`),
+/// rows `row_stride` elements apart; `reduce_op` is `"sum"`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn symmwin_op_tile_reduce(
+    ins: *const SymmwinOperand,
+    n: usize,
+    roots: *const c_int,
+    out: SymmwinOperand,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    elem: c_int,
+    reduce_op: *const c_char,
+    opts: *const SymmwinOpOptions,
+) -> SymmwinStatus {
+    guard(|| {
+        if n == 0 || ins.is_null() || roots.is_null() {
+            return Err(symmwin::Error::invalid("tile_reduce: no tiles"));
+        }
+        // SAFETY: the caller passes arrays of `n` operands and `n` roots.
+        let (ins, roots) = unsafe {
+            (
+                std::slice::from_raw_parts(ins, n),
+                std::slice::from_raw_parts(roots, n),
+            )
+        };
+        let o = operand(&out)?;
+        let world = o.window.world();
+        let ins = ins
+            .iter()
+            .map(operand)
+            .collect::<symmwin::Result<Vec<_>>>()?;
+        let roots = roots
+            .iter()
+            .map(|&r| rank_arg(r, world))
+            .collect::<symmwin::Result<Vec<_>>>()?;
+        let elem = match elem {
+            SYMMWIN_ELEM_F32 => ElemType::F32,
+            SYMMWIN_ELEM_F64 => ElemType::F64,
+            SYMMWIN_ELEM_F16 => ElemType::F16,
+            SYMMWIN_ELEM_BF16 => ElemType::BF16,
+            other => {
+                return Err(symmwin::Error::invalid(format!(
+                    "unknown element code {other}"
+                )))
+            }
+        };
+        // SAFETY: a NUL-terminated string from the caller.
+        let op: ReduceOp = unsafe { str_arg(reduce_op, "reduce_op") }?.parse()?;
+        let tile = Tile {
+            rows,
+            cols,
+            row_stride,
+            elem,
+        };
+        ok(collective::tile_reduce(
+            &ins,
+            &roots,
+            o,
+            tile,
+            op,
+            &options(opts)?,
+        ))
+    })
+}
+
+/// The window already made for the allocation covering `ptr` on group `name` of
+/// `device` (-1 for host memory), and `ptr`'s byte offset in each rank's slot;
+/// `SYMMWIN_NOT_FOUND` when there is none yet. Never collective. Release the window
+/// with `symmwin_window_release`.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_window_existing(
+    ptr: *mut c_void,
+    name: *const c_char,
+    device: c_int,
+    out: *mut *mut SymmwinWindow,
+    offset: *mut usize,
+) -> SymmwinStatus {
+    guard(|| {
+        // SAFETY: a NUL-terminated string from the caller.
+        let name = unsafe { str_arg(name, "group name") }?;
+        let out = out_arg(out, "out")?;
+        let offset = out_arg(offset, "offset")?;
+        match REGISTRY.existing_window(ptr as usize, name, device) {
+            Some((window, at)) => {
+                *offset = at;
+                *out = Box::into_raw(Box::new(SymmwinWindow { window, offset: at }));
+                Ok(SymmwinStatus::SymmwinOk)
+            }
+            None => Ok(SymmwinStatus::SymmwinNotFound),
+        }
+    })
+}

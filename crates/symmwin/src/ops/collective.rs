@@ -1,0 +1,533 @@
+//! The safe API of the ops: operands are windows and byte offsets. Every range,
+//! group and table length is checked here, once, before a provider sees an address.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::{Provider, StreamHandle};
+use crate::signal::{SignalOptions, Stream};
+use crate::window::Window;
+
+use super::args::{OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+use super::plan::{in_table_len, Shape};
+use super::{ops_channel, Engine};
+
+/// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (and the
+/// same offset in every peer's slot).
+#[derive(Debug, Clone, Copy)]
+pub struct Operand<'a> {
+    /// The window the operand lives in.
+    pub window: &'a Window,
+    /// Byte offset inside each rank's slot.
+    pub offset: usize,
+    /// Bytes of this rank's operand.
+    pub len: usize,
+    /// The operand lives in the window's signal pads rather than in its memory (a
+    /// signal word from `get_signal_pad`).
+    pub in_pads: bool,
+}
+
+impl<'a> Operand<'a> {
+    /// `len` bytes at `offset` of the window's memory.
+    pub fn new(window: &'a Window, offset: usize, len: usize) -> Self {
+        Operand {
+            window,
+            offset,
+            len,
+            in_pads: false,
+        }
+    }
+}
+
+/// Per-call options.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpOptions {
+    /// Force an engine; `None` takes the process default ([`Engine::from_env`]).
+    pub engine: Option<Engine>,
+    /// Wait limit; `None` takes the group's configured timeout.
+    pub timeout: Option<Duration>,
+    /// CUDA stream to order the op on (ignored for host memory).
+    pub stream: StreamHandle,
+}
+
+const I64: usize = std::mem::size_of::<i64>();
+
+impl Operand<'_> {
+    fn symm(&self, what: &str) -> Result<SymmBuf> {
+        let (layout, size) = if self.in_pads {
+            let pads = self.window.pads()?;
+            let layout = crate::layout::FlatLayout::new(pads.base, pads.stride, pads.world)?;
+            (layout, pads.len)
+        } else {
+            (self.window.layout(), self.window.size())
+        };
+        let end = self.offset.checked_add(self.len);
+        if end.is_none_or(|end| end > size) {
+            return Err(Error::invalid(format!(
+                "{what}: {} bytes at offset {} overrun its window of {size} bytes",
+                self.len, self.offset
+            )));
+        }
+        Ok(SymmBuf {
+            layout,
+            offset: self.offset,
+            len: self.len,
+            room: size - self.offset,
+        })
+    }
+}
+
+/// Check `other` belongs to the same group as `first` (same name, rank, world and
+/// provider), so that one rank index means the same process for both.
+fn same_group(first: &Window, other: &Window, what: &str) -> Result<()> {
+    let a = (first.group_name(), first.rank(), first.world());
+    let b = (other.group_name(), other.rank(), other.world());
+    if a != b || first.provider_info() != other.provider_info() {
+        return Err(Error::invalid(format!(
+            "{what} belongs to group {:?} (rank {} of {}) on {:?} memory, but the op runs \
+             on group {:?} (rank {} of {}) on {:?} memory",
+            b.0,
+            b.1,
+            b.2,
+            other.provider_info().kind,
+            a.0,
+            a.1,
+            a.2,
+            first.provider_info().kind
+        )));
+    }
+    Ok(())
+}
+
+fn context(window: &Window, opts: &OpOptions) -> Result<OpContext> {
+    let pads = window.pads()?;
+    Ok(OpContext {
+        rank: window.rank(),
+        world: window.world(),
+        channel: ops_channel(&pads)?,
+        pads,
+        timeout: window.timeout(opts.timeout),
+        stream: opts.stream,
+        engine: Engine::resolve(opts.engine)?,
+    })
+}
+
+fn peer_arg(peer: usize, world: usize, what: &str) -> Result<usize> {
+    if peer < world {
+        return Ok(peer);
+    }
+    Err(Error::invalid(format!(
+        "{what} {peer} out of range for world size {world}"
+    )))
+}
+
+/// Whose memory an op loads from or stores to.
+#[derive(Clone, Copy)]
+enum Reach {
+    /// A collective: every rank of the group.
+    Everyone,
+    /// A one-sided op: one peer.
+    Peer(usize),
+}
+
+/// Ops move data by load/store through the window, so every rank they reach must be
+/// mapped here. A group spanning hosts leaves the ranks on other hosts unmapped; an
+/// op reaching them is refused before anything is launched, never a fault on a null
+/// address in a kernel.
+fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
+    let unmapped: Vec<usize> = match reach {
+        Reach::Everyone => (0..window.world())
+            .filter(|&r| !window.is_mapped(r))
+            .collect(),
+        Reach::Peer(peer) if !window.is_mapped(peer) => vec![peer],
+        Reach::Peer(_) => Vec::new(),
+    };
+    if unmapped.is_empty() {
+        return Ok(());
+    }
+    let what = match reach {
+        Reach::Everyone => "this collective op needs every rank mapped",
+        Reach::Peer(_) => "a one-sided op needs its peer mapped (a two-sided process-group backend cannot serve it)",
+    };
+    Err(Error::new(
+        Phase::Signal,
+        ErrorKind::Unsupported(format!(
+            "rank(s) {} are on another host and not mapped from here: {what}; see docs/multi-node.md",
+            crate::text::ranks(&unmapped)
+        )),
+    ))
+}
+
+/// Run `f` with the context of `window`, attaching this rank (and a subgroup's
+/// global ranks) to any error.
+fn run(
+    window: &Window,
+    reach: Reach,
+    opts: &OpOptions,
+    f: impl FnOnce(&dyn super::DeviceOps, &OpContext) -> Result<()>,
+) -> Result<()> {
+    let go = || {
+        require_mapped(window, reach)?;
+        let ctx = context(window, opts)?;
+        f(window.provider().ops(), &ctx)
+    };
+    go().map_err(|e| window.context(e))
+}
+
+/// Equal-split all-to-all (torch's `nvshmem_all_to_all`): `input` and `out` hold the
+/// same bytes, a multiple of the world size.
+pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> {
+    let w = input.window;
+    let check = || {
+        same_group(w, out.window, "out")?;
+        let world = w.world();
+        if input.len != out.len || input.len % world != 0 {
+            return Err(Error::invalid(format!(
+                "all_to_all: input ({} bytes) and out ({} bytes) must be equal and a \
+                 multiple of the world size {world}",
+                input.len, out.len
+            )));
+        }
+        Ok((input.symm("input")?, out.symm("out")?, input.len / world))
+    };
+    let (i, o, per_peer) = check().map_err(|e| w.context(e))?;
+    // SAFETY: both operands were checked to lie in their live windows of one group.
+    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
+        ops.all_to_all(ctx, &i, &o, per_peer)
+    })
+}
+
+/// The all-to-all-v family: the shape picks the op; `splits` is `in_splits`
+/// (`in_splits_offsets` for [`Shape::Combine`]).
+pub fn all_to_all_v(
+    shape: Shape,
+    input: Operand,
+    out: Operand,
+    splits: Operand,
+    out_splits_offsets: Operand,
+    rows: Rows,
+    opts: &OpOptions,
+) -> Result<()> {
+    let w = input.window;
+    let args =
+        var_args(shape, input, out, splits, out_splits_offsets, rows).map_err(|e| w.context(e))?;
+    // SAFETY: var_args checked every operand against its window, the table lengths
+    // against the world size and the row counts against the operands.
+    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
+        match shape {
+            Shape::Flat => ops.all_to_all_vdev(ctx, &args),
+            Shape::Dispatch { major_align } => ops.all_to_all_vdev_2d(ctx, &args, major_align),
+            Shape::Combine => ops.all_to_all_vdev_2d_offset(ctx, &args),
+        }
+    })
+}
+
+fn var_args(
+    shape: Shape,
+    input: Operand,
+    out: Operand,
+    splits: Operand,
+    out_splits_offsets: Operand,
+    rows: Rows,
+) -> Result<VarArgs> {
+    let w = input.window;
+    for (op, what) in [
+        (&out, "out"),
+        (&splits, "in_splits"),
+        (&out_splits_offsets, "out_splits_offsets"),
+    ] {
+        same_group(w, op.window, what)?;
+    }
+    if let Shape::Dispatch { major_align: 0 } = shape {
+        return Err(Error::invalid("major_align must be positive"));
+    }
+    let world = w.world();
+    let per_expert = match shape {
+        Shape::Combine => 2 * world * I64,
+        _ => world * I64,
+    };
+    if splits.len == 0 || splits.len % per_expert != 0 {
+        return Err(Error::invalid(format!(
+            "in_splits: {} bytes is not a positive multiple of {} int64 values (world size {world})",
+            splits.len,
+            per_expert / I64
+        )));
+    }
+    let experts = splits.len / per_expert;
+    if shape == Shape::Flat && experts != 1 {
+        return Err(Error::invalid(format!(
+            "in_splits must hold {world} int64 values (one per rank), not {}",
+            splits.len / I64
+        )));
+    }
+    debug_assert_eq!(in_table_len(shape, world, experts) * I64, splits.len);
+    let want = 2 * world * experts * I64;
+    if out_splits_offsets.len != want {
+        return Err(Error::invalid(format!(
+            "out_splits_offsets must hold 2 x {} int64 values, not {} bytes",
+            world * experts,
+            out_splits_offsets.len
+        )));
+    }
+    for (op, what) in [
+        (&splits, "in_splits"),
+        (&out_splits_offsets, "out_splits_offsets"),
+    ] {
+        if op.offset % I64 != 0 {
+            return Err(Error::invalid(format!("{what} is not 8-byte aligned")));
+        }
+    }
+    check_rows(&rows, input.len, out.len)?;
+    Ok(VarArgs {
+        input: input.symm("input")?,
+        out: out.symm("out")?,
+        in_splits: splits.symm("in_splits")?,
+        out_splits_offsets: out_splits_offsets.symm("out_splits_offsets")?,
+        rows,
+        experts_per_rank: experts,
+    })
+}
+
+fn check_rows(rows: &Rows, in_len: usize, out_len: usize) -> Result<()> {
+    let fits = |n: usize, len: usize| n.checked_mul(rows.row_bytes).is_some_and(|b| b <= len);
+    if rows.row_bytes == 0 && (rows.in_rows > 0 || rows.out_rows > 0) {
+        return Err(Error::invalid("rows of zero bytes"));
+    }
+    if !fits(rows.in_rows, in_len) || !fits(rows.out_rows, out_len) {
+        return Err(Error::invalid(format!(
+            "{} input rows / {} out rows of {} bytes do not fit input ({in_len} bytes) / out \
+             ({out_len} bytes)",
+            rows.in_rows, rows.out_rows, rows.row_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Copy `root`'s `buf` into every rank's `buf` (torch's `nvshmem_broadcast`).
+pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
+    let w = buf.window;
+    let check = || Ok((buf.symm("input")?, peer_arg(root, w.world(), "root")?));
+    let (b, root) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: the operand was checked to lie in its live window.
+    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
+        ops.broadcast(ctx, &b, b.len, root)
+    })
+}
+
+/// One-sided put (`into_peer`) or get of `buf` between this rank and `peer`.
+pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) -> Result<()> {
+    let w = buf.window;
+    let check = || Ok((buf.symm("tensor")?, peer_arg(peer, w.world(), "peer")?));
+    let (b, peer) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: the operand was checked to lie in its live window.
+    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
+        if into_peer {
+            ops.put(ctx, &b, b.len, peer)
+        } else {
+            ops.get(ctx, &b, b.len, peer)
+        }
+    })
+}
+
+fn signal_word(sig: &Operand) -> Result<SymmBuf> {
+    if sig.len < 8 || sig.offset % 8 != 0 {
+        return Err(Error::invalid(format!(
+            "sigpad must be an 8-byte aligned 64-bit word ({} bytes at offset {})",
+            sig.len, sig.offset
+        )));
+    }
+    let mut word = sig.symm("sigpad")?;
+    word.len = 8;
+    Ok(word)
+}
+
+/// Put `buf` to `peer`, then set `peer`'s 64-bit `sig` to `value` (torch's
+/// `nvshmem_put_with_signal`). `sig` may live in another window of the same group
+/// (a signal pad).
+pub fn put_with_signal(
+    buf: Operand,
+    sig: Operand,
+    value: u64,
+    peer: usize,
+    opts: &OpOptions,
+) -> Result<()> {
+    let w = buf.window;
+    let check = || {
+        same_group(w, sig.window, "sigpad")?;
+        Ok((
+            buf.symm("tensor")?,
+            signal_word(&sig)?,
+            peer_arg(peer, w.world(), "peer")?,
+        ))
+    };
+    let (b, s, peer) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: both operands were checked to lie in their live windows.
+    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
+        ops.put_with_signal(ctx, &b, b.len, &s, value, peer)
+    })
+}
+
+/// Wait until this rank's 64-bit `sig` equals `value`, then reset it to zero.
+pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) -> Result<()> {
+    let w = sig.window;
+    let check = || {
+        let word = signal_word(&sig)?.addr(w.rank())?;
+        Ok((word, peer_arg(peer, w.world(), "peer")?))
+    };
+    let (word, peer) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
+    let timeout = w.timeout(opts.timeout);
+    unsafe {
+        wait_for_signal_at(
+            w.provider(),
+            word,
+            value,
+            w.rank(),
+            peer,
+            timeout,
+            opts.stream,
+        )
+    }
+    .map_err(|e| w.context(e))
+}
+
+/// [`wait_for_signal`] on a word given by address (a view of a signal pad).
+///
+/// # Safety
+/// `word` must be a live `u64` of `provider`'s memory in this process, accessed only
+/// atomically until the wait returns (for CUDA: until it completes on its stream).
+pub unsafe fn wait_for_signal_at(
+    provider: &dyn Provider,
+    word: usize,
+    value: u64,
+    rank: usize,
+    peer: usize,
+    timeout: Duration,
+    stream: StreamHandle,
+) -> Result<()> {
+    if word == 0 || word % 8 != 0 {
+        return Err(Error::invalid(format!(
+            "sigpad at {word:#x} is not an 8-byte aligned 64-bit word"
+        ))
+        .at_rank(rank));
+    }
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe {
+        provider
+            .ops()
+            .wait_for_signal(word, value, rank, peer, timeout, stream)
+    }
+}
+
+/// Copy `len` bytes from this process's address `src` into `peer`'s `dst`, then signal
+/// `peer` on channel 0 of `dst`'s window (torch's `nccl_put_signal`).
+///
+/// # Safety
+/// `src..src+len` must be readable memory of the window's provider (host memory for
+/// host windows, device memory of the window's device for CUDA), live until the op
+/// completes on its stream.
+pub unsafe fn put_signal(
+    src: usize,
+    len: usize,
+    dst: Operand,
+    peer: usize,
+    opts: &OpOptions,
+) -> Result<()> {
+    let w = dst.window;
+    let check = || {
+        let mut d = dst.symm("hdl")?;
+        if len > d.room {
+            return Err(Error::invalid(format!(
+                "put_signal: {len} bytes do not fit the peer's buffer of {} bytes",
+                d.room
+            )));
+        }
+        d.len = len;
+        Ok((d, peer_arg(peer, w.world(), "peer")?))
+    };
+    let (d, peer) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: `dst` was checked against its window; the caller vouches for `src`.
+    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
+        ops.put_signal(ctx, src, len, &d, peer)
+    })
+}
+
+/// Wait for `peer`'s [`put_signal`] on `window` (channel 0).
+pub fn wait_signal(window: &Window, peer: usize, opts: &OpOptions) -> Result<()> {
+    let peer = peer_arg(peer, window.world(), "peer").map_err(|e| window.context(e))?;
+    let mut options = SignalOptions::channel(0).stream(Stream::from_raw(opts.stream));
+    if let Some(timeout) = opts.timeout {
+        options = options.timeout(timeout);
+    }
+    window.wait_signal(peer, options)
+}
+
+/// Tile reduce: rank `roots[i]` gets the reduction over all ranks of `ins[i]` in its
+/// `out` (torch's `tile_reduce` for one root, `multi_root_tile_reduce` for several).
+pub fn tile_reduce(
+    ins: &[Operand],
+    roots: &[usize],
+    out: Operand,
+    tile: Tile,
+    op: ReduceOp,
+    opts: &OpOptions,
+) -> Result<()> {
+    let w = out.window;
+    let check = || {
+        if ins.len() != roots.len() || ins.is_empty() {
+            return Err(Error::invalid(format!(
+                "{} tiles but {} roots (one root per tile, at least one)",
+                ins.len(),
+                roots.len()
+            )));
+        }
+        let mut seen = vec![false; w.world()];
+        for &root in roots {
+            let r = peer_arg(root, w.world(), "root")?;
+            if std::mem::replace(&mut seen[r], true) {
+                return Err(Error::invalid(format!(
+                    "rank {r} is the root of more than one tile"
+                )));
+            }
+        }
+        check_tile(&tile)?;
+        let extent = tile.extent_bytes().unwrap_or(usize::MAX);
+        let bufs = ins
+            .iter()
+            .enumerate()
+            .map(|(i, op)| {
+                same_group(w, op.window, "in_tile")?;
+                tile_buf(op, extent, &format!("in_tiles[{i}]"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((bufs, tile_buf(&out, extent, "out_tile")?))
+    };
+    let (bufs, o) = check().map_err(|e: Error| w.context(e))?;
+    // SAFETY: every tile was checked to lie in its live window with the tile's extent.
+    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
+        ops.tile_reduce(ctx, &bufs, roots, &o, &tile, op)
+    })
+}
+
+fn check_tile(tile: &Tile) -> Result<()> {
+    if tile.row_stride < tile.cols && tile.rows > 1 {
+        return Err(Error::invalid(format!(
+            "tile rows overlap: row stride {} < {} columns",
+            tile.row_stride, tile.cols
+        )));
+    }
+    if tile.extent_bytes().is_none() {
+        return Err(Error::invalid("tile extent overflows"));
+    }
+    Ok(())
+}
+
+fn tile_buf(op: &Operand, extent: usize, what: &str) -> Result<SymmBuf> {
+    if op.len < extent {
+        return Err(Error::invalid(format!(
+            "{what}: {} bytes hold less than the tile's {extent}",
+            op.len
+        )));
+    }
+    op.symm(what)
+}

@@ -1,0 +1,374 @@
+//! The ops on host memory: CPU copies between mapped slots, synchronized with the
+//! host signal pads ([`HostSignals`]). Every op is complete when it returns.
+//!
+//! Collective ops run as entry barrier, pull, exit barrier: after the entry barrier
+//! every peer's inputs and split tables are ready; each rank copies what it receives
+//! into its own outputs (so it alone writes them); the exit barrier keeps every input
+//! unchanged until the last reader is done. A rank whose plan is invalid moves
+//! nothing but still takes both barriers, so the pads stay balanced and no peer hangs;
+//! it reports the error after the exit barrier.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::host::HostSignals;
+use crate::provider::{Signals, StreamHandle};
+
+use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use super::device::DeviceOps;
+use super::elem;
+use super::plan::{in_table_len, plan, Plan, Shape};
+
+/// [`DeviceOps`] for the host provider.
+#[derive(Debug, Default)]
+pub struct HostOps {
+    signals: HostSignals,
+}
+
+const I64: usize = std::mem::size_of::<i64>();
+
+impl HostOps {
+    fn barrier(&self, ctx: &OpContext) -> Result<()> {
+        self.signals
+            .barrier(&ctx.pads, ctx.channel, ctx.timeout, ctx.stream)
+    }
+
+    /// Entry barrier, `body`, exit barrier; the body's error is reported after the
+    /// exit barrier (a barrier failure wins: the group is then out of step).
+    fn collective(&self, ctx: &OpContext, body: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.barrier(ctx)?;
+        let outcome = body();
+        self.barrier(ctx)?;
+        outcome
+    }
+}
+
+/// Copy `len` bytes; `ptr::copy` because a rank may copy its own slot onto itself.
+///
+/// # Safety
+/// Both ranges are mapped and live (checked by the caller through [`SymmBuf::range`]).
+unsafe fn copy(dst: usize, src: usize, len: usize) {
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+}
+
+fn read_i64s(buf: &SymmBuf, rank: usize, count: usize) -> Result<Vec<i64>> {
+    let src = buf.range(rank, 0, count * I64)?;
+    let mut values = vec![0i64; count];
+    // SAFETY: `range` checked the table lies inside `rank`'s mapped slot.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src as *const u8, values.as_mut_ptr().cast(), count * I64)
+    };
+    Ok(values)
+}
+
+fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
+    let dst = buf.range(rank, 0, std::mem::size_of_val(values))?;
+    // SAFETY: `range` checked the destination lies inside this rank's mapped slot.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            values.as_ptr().cast::<u8>(),
+            dst as *mut u8,
+            std::mem::size_of_val(values),
+        )
+    };
+    Ok(())
+}
+
+/// This rank's own input table must stay inside its input rows (torch asserts it on
+/// the device; here it is an error after the op).
+fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+    let n = match shape {
+        Shape::Combine => table.len() / 2,
+        _ => table.len(),
+    };
+    let need = match shape {
+        Shape::Combine => (0..n)
+            .map(|i| table[i].max(0) as u128 + table[n + i].max(0) as u128)
+            .max()
+            .unwrap_or(0),
+        _ => table.iter().map(|&v| v.max(0) as u128).sum(),
+    };
+    if need > args.rows.in_rows as u128 {
+        return Err(Error::invalid(format!(
+            "in_splits ask for {need} rows but input has {} rows",
+            args.rows.in_rows
+        )));
+    }
+    Ok(())
+}
+
+/// The first chunk that does not fit this rank's out, as an error naming its sender.
+fn check_room(plan: &Plan, args: &VarArgs) -> Result<()> {
+    for c in &plan.chunks {
+        if c.out_row.saturating_add(c.rows) > args.rows.out_rows {
+            return Err(Error::invalid(format!(
+                "received splits do not fit out: rank {} sends {} rows to output row {}, \
+                 but out has room for {} rows",
+                c.src, c.rows, c.out_row, args.rows.out_rows
+            ))
+            .with_peer(c.src));
+        }
+    }
+    Ok(())
+}
+
+fn run_plan(shape: Shape, ctx: &OpContext, args: &VarArgs) -> Result<()> {
+    let experts = args.experts_per_rank;
+    let n = in_table_len(shape, ctx.world, experts);
+    let tables = (0..ctx.world)
+        .map(|s| read_i64s(&args.in_splits, s, n).map_err(|e| e.with_peer(s)))
+        .collect::<Result<Vec<_>>>()?;
+    check_own_sends(shape, &tables[ctx.rank], args)?;
+    let plan = plan(shape, &tables, ctx.rank, experts)?;
+    check_room(&plan, args)?;
+    let row = args.rows.row_bytes;
+    // Resolve every address before moving a byte, so a bad split moves nothing.
+    let moves = plan
+        .chunks
+        .iter()
+        .map(|c| {
+            let bytes = c.rows * row;
+            let src = args
+                .input
+                .range(c.src, c.src_row * row, bytes)
+                .map_err(|e| e.with_peer(c.src))?;
+            Ok((
+                args.out.range(ctx.rank, c.out_row * row, bytes)?,
+                src,
+                bytes,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (dst, src, bytes) in moves {
+        // SAFETY: both ranges were checked against their operands' room above.
+        unsafe { copy(dst, src, bytes) };
+    }
+    write_i64s(
+        &args.out_splits_offsets,
+        ctx.rank,
+        &[plan.out_splits, plan.out_offsets].concat(),
+    )
+}
+
+fn timed_out(peer: usize, waited: Duration) -> Error {
+    Error::new(
+        Phase::Signal,
+        ErrorKind::Timeout {
+            missing: vec![peer],
+            waited,
+        },
+    )
+    .with_peer(peer)
+}
+
+/// Spin (yielding, then sleeping) until `done` or the deadline.
+fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    let mut spins = 0u32;
+    while !done() {
+        spins += 1;
+        if spins % 64 == 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            if spins < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    true
+}
+
+/// The 64-bit signal word of `rank`'s `sig`.
+fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&'static AtomicU64> {
+    let addr = sig.range(rank, 0, 8)?;
+    if addr % 8 != 0 {
+        return Err(Error::invalid("sigpad is not 8-byte aligned"));
+    }
+    // SAFETY: 8 bytes at an 8-byte aligned address inside a mapped slot (checked
+    // above) that outlives the op; every access to signal words is atomic.
+    Ok(unsafe { AtomicU64::from_ptr(addr as *mut u64) })
+}
+
+impl DeviceOps for HostOps {
+    unsafe fn all_to_all(
+        &self,
+        ctx: &OpContext,
+        input: &SymmBuf,
+        out: &SymmBuf,
+        bytes_per_peer: usize,
+    ) -> Result<()> {
+        self.collective(ctx, || {
+            for src in 0..ctx.world {
+                let from = input
+                    .range(src, ctx.rank * bytes_per_peer, bytes_per_peer)
+                    .map_err(|e| e.with_peer(src))?;
+                let to = out.range(ctx.rank, src * bytes_per_peer, bytes_per_peer)?;
+                // SAFETY: both ranges checked against their operands' room.
+                unsafe { copy(to, from, bytes_per_peer) };
+            }
+            Ok(())
+        })
+    }
+
+    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
+        self.collective(ctx, || run_plan(Shape::Flat, ctx, args))
+    }
+
+    unsafe fn all_to_all_vdev_2d(
+        &self,
+        ctx: &OpContext,
+        args: &VarArgs,
+        major_align: usize,
+    ) -> Result<()> {
+        self.collective(ctx, || run_plan(Shape::Dispatch { major_align }, ctx, args))
+    }
+
+    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
+        self.collective(ctx, || run_plan(Shape::Combine, ctx, args))
+    }
+
+    unsafe fn broadcast(
+        &self,
+        ctx: &OpContext,
+        buf: &SymmBuf,
+        len: usize,
+        root: usize,
+    ) -> Result<()> {
+        self.collective(ctx, || {
+            if ctx.rank != root {
+                let from = buf.range(root, 0, len).map_err(|e| e.with_peer(root))?;
+                let to = buf.range(ctx.rank, 0, len)?;
+                // SAFETY: both ranges checked against the operand's room.
+                unsafe { copy(to, from, len) };
+            }
+            Ok(())
+        })
+    }
+
+    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
+        let from = buf.range(ctx.rank, 0, len)?;
+        let to = buf.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
+        // SAFETY: both ranges checked against the operand's room.
+        unsafe { copy(to, from, len) };
+        Ok(())
+    }
+
+    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
+        let from = buf.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
+        let to = buf.range(ctx.rank, 0, len)?;
+        // SAFETY: both ranges checked against the operand's room.
+        unsafe { copy(to, from, len) };
+        Ok(())
+    }
+
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &OpContext,
+        buf: &SymmBuf,
+        len: usize,
+        sig: &SymmBuf,
+        value: u64,
+        peer: usize,
+    ) -> Result<()> {
+        let word = signal_word(sig, peer).map_err(|e| e.with_peer(peer))?;
+        // SAFETY: a propagation of the caller's assertion.
+        unsafe { self.put(ctx, buf, len, peer)? };
+        // Release: the data is visible to whoever acquires the signal.
+        word.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    unsafe fn wait_for_signal(
+        &self,
+        word: usize,
+        value: u64,
+        rank: usize,
+        peer: usize,
+        timeout: Duration,
+        _stream: StreamHandle,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
+        let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
+        let deadline = Instant::now() + timeout;
+        let consumed = || {
+            word.compare_exchange_weak(value, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        };
+        if wait_until(deadline, consumed) {
+            Ok(())
+        } else {
+            Err(timed_out(peer, timeout).at_rank(rank))
+        }
+    }
+
+    unsafe fn put_signal(
+        &self,
+        ctx: &OpContext,
+        src: usize,
+        len: usize,
+        dst: &SymmBuf,
+        peer: usize,
+    ) -> Result<()> {
+        let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
+        // SAFETY: the destination was checked; the caller vouches for the source.
+        unsafe { copy(to, src, len) };
+        self.signals
+            .put(&ctx.pads, peer, 0, ctx.timeout, ctx.stream)
+    }
+
+    unsafe fn tile_reduce(
+        &self,
+        ctx: &OpContext,
+        ins: &[SymmBuf],
+        roots: &[usize],
+        out: &SymmBuf,
+        tile: &Tile,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.collective(ctx, || {
+            let Some(mine) = roots.iter().position(|&r| r == ctx.rank) else {
+                return Ok(());
+            };
+            reduce_tile(ctx, &ins[mine], out, tile, op)
+        })
+    }
+}
+
+/// Reduce every rank's `input` tile into this rank's `out`, row by row.
+fn reduce_tile(
+    ctx: &OpContext,
+    input: &SymmBuf,
+    out: &SymmBuf,
+    tile: &Tile,
+    op: ReduceOp,
+) -> Result<()> {
+    let ReduceOp::Sum = op;
+    let size = tile.elem.size();
+    let row_len = tile.cols * size;
+    let mut acc = vec![0f64; tile.cols];
+    for row in 0..tile.rows {
+        let at = row * tile.row_stride * size;
+        acc.fill(0.0);
+        for src in 0..ctx.world {
+            let from = input
+                .range(src, at, row_len)
+                .map_err(|e| e.with_peer(src))?;
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: element i lies in the checked row range.
+                *a += unsafe { elem::load(tile.elem, from, i) };
+            }
+        }
+        let to = out.range(ctx.rank, at, row_len)?;
+        for (i, &a) in acc.iter().enumerate() {
+            // SAFETY: element i lies in the checked row range of this rank's out.
+            unsafe { elem::store(tile.elem, to, i, a) };
+        }
+    }
+    Ok(())
+}

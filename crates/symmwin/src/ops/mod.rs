@@ -1,0 +1,43 @@
+//! Collective and one-sided operations over windows: the MoE all-to-all-v family,
+//! all-to-all, broadcast, put/get, put with signal, and tile reduce, with torch 2.11's
+//! semantics (`torch.ops.symm_mem.*` of its NVSHMEM backend).
+//!
+//! Three layers, each knowing only the one below:
+//! - [`collective`]: the safe API over [`crate::Window`]s and byte offsets. It checks
+//!   every operand (same group, inside its window, aligned split tables of the right
+//!   length) and builds the flat-layout arguments.
+//! - [`DeviceOps`]: what a provider implements, over raw flat-layout addresses
+//!   ([`SymmBuf`]) and the pads to synchronize on ([`OpContext`]).
+//! - the implementations: [`host::HostOps`] (CPU copies, pad signals), and the CUDA
+//!   provider's kernels and copy-engine paths.
+//!
+//! [`plan`] holds the split arithmetic every implementation must agree with.
+
+mod args;
+pub mod collective;
+mod device;
+mod elem;
+mod engine;
+pub mod host;
+pub mod plan;
+
+pub use args::{ElemType, OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+pub use collective::{OpOptions, Operand};
+pub use device::{DeviceOps, UnsupportedOps};
+pub use engine::{Engine, ENGINE_ENV};
+
+use crate::error::{Error, Result};
+use crate::provider::PadView;
+
+/// The pad channel collective ops synchronize on: the last one a pad holds at this
+/// world size, far from the low channels users and torch's kernels signal on.
+pub fn ops_channel(pads: &PadView) -> Result<usize> {
+    let slots = pads.len / 4;
+    let channels = slots / pads.world.max(1);
+    channels.checked_sub(1).ok_or_else(|| {
+        Error::invalid(format!(
+            "a signal pad of {} bytes holds no channel at world size {}",
+            pads.len, pads.world
+        ))
+    })
+}

@@ -1,0 +1,143 @@
+"""torch.ops.symmwin.* in real multi-process worlds, against a Python model of each
+op (and dist.all_to_all_single). CPU tensors on SYMMWIN_HOST run everywhere; the same
+scenarios run on SYMMWIN with CUDA tensors where GPUs are present."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import run_world, worker_env
+
+# CPU worlds run everywhere; on GPUs, worlds larger than the GPU count put several
+# ranks on one GPU.
+WORLDS = [("cpu", w) for w in (1, 2, 3, 4, 8)] + [("cuda", w) for w in (2, 4, 8)]
+
+
+def _need(device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (several ranks share one)")
+
+
+@pytest.mark.parametrize("device,world", WORLDS)
+def test_all_to_all_vdev_matches_the_model(device, world):
+    _need(device)
+    results = run_world(world, "ops_a2a_vdev", device=device, timeout=240)
+    # Every rank checked its output; the patterns really move data somewhere.
+    assert all(len(r) == 12 for r in results)
+    assert sum(rows for r in results for (_, _, rows) in r) > 0
+
+
+@pytest.mark.parametrize("device,world", WORLDS)
+def test_dispatch_then_combine_restores_the_input(device, world):
+    _need(device)
+    results = run_world(world, "ops_a2a_2d", device=device, timeout=300)
+    assert all(len(r) == 36 for r in results)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_all_to_all_and_broadcast(device, world):
+    _need(device)
+    assert run_world(world, "ops_host_sized", device=device) == [["bfloat16", "float32", "int64", "uint8"]] * world
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_tile_reduce_to_every_root(device, world):
+    _need(device)
+    assert all(len(r) == 4 for r in run_world(world, "ops_tiles", device=device))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_one_sided_between_every_pair(device, world):
+    _need(device)
+    assert run_world(world, "ops_one_sided", device=device, timeout=180) == [world * world] * world
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_thousand_calls_leave_the_pads_at_zero(device):
+    _need(device)
+    assert run_world(2, "ops_soak", device=device, timeout=300) == [1000, 1000]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_bad_input_is_a_clear_error(device, world):
+    _need(device)
+    results = run_world(world, "ops_bad_input", device=device)
+    m = results[0]
+    assert "not symmwin symmetric memory" in m["plain"]
+    assert "same dtype" in m["dtype"]
+    assert "contiguous" in m["contiguous"]
+    assert "int64" in m["splits_dtype"]
+    assert "in_splits" in m["splits_shape"]
+    assert "out_splits_offsets" in m["out_so_shape"]
+    assert "major_align must be positive" in m["align_zero"]
+    assert "major_align must be positive" in m["align_negative"]
+    assert "sum" in m["reduce_op"]
+    assert "unit inner stride" in m["inner_stride"]
+    assert "float32" in m["int_tile"]
+    assert "out of range" in m["peer"]
+    assert "rendezvous" in m["no_window"] and "one-sided" in m["no_window"]
+    assert "unknown engine" in m["engine"]
+    if device == "cuda":
+        return
+    room = m["room"]
+    # Names the peer, the rows and the room.
+    assert "received splits do not fit out" in room and "sends 3 rows" in room, room
+    assert "room for 2 rows" in room and "peer" in room, room
+
+
+def test_an_op_whose_peers_never_come_raises_symmwin_timeout_error():
+    # CPU only: on CUDA the wait traps (tests/torch/test_ops_gpu.py's overflow case).
+    results = run_world(2, "ops_timeouts", timeout=120, env={"SYMMWIN_TIMEOUT_MS": "1500"})
+    caught = results[0]
+    assert "rank 0" in caught["all_to_all_into"] and "timed out" in caught["all_to_all_into"], caught
+    # The sigpad is in no window: the C ABI is told the waiting rank.
+    assert "rank 0 " in caught["wait_for_signal"] and "4294967295" not in caught["wait_for_signal"], caught
+    assert "peer 1" in caught["wait_for_signal"], caught
+    assert results[1] is None
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ops_returning_nothing_compile(device):
+    _need(device)
+    # Rank 0 of a world of one receives its own two rows, doubled.
+    assert run_world(1, "ops_compiled", device=device, timeout=600) == [[0.0, 2.0, 4.0]]
+
+
+MOE = Path(__file__).resolve().parents[2] / "examples" / "moe" / "moe_layer.py"
+
+
+def test_moe_example_runs_bare_on_one_rank():
+    proc = subprocess.run(
+        [sys.executable, str(MOE), "--device", "cpu"], env=worker_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "moe rank 0/1 on cpu: ok" in proc.stdout
+
+
+def test_moe_example_runs_under_torchrun_on_cpu():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += [str(MOE), "--device", "cpu", "--experts-per-rank", "3", "--topk", "3"]
+    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": ok (") == 2, proc.stdout
+
+
+def test_same_outputs_as_torchs_nvshmem_ops():
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if torch.cuda.device_count() < 2 or not symm_mem.is_nvshmem_available():
+        pytest.skip("needs 2 GPUs and torch's NVSHMEM (one rank per GPU)")
+    theirs = run_world(2, "ops_same_as_torch", device="cuda", args={"impl": "symm_mem", "torch_backend": True})
+    ours = run_world(2, "ops_same_as_torch", device="cuda", args={"impl": "symmwin"})
+    for rank, (t, o) in enumerate(zip(theirs, ours)):
+        for key in t:
+            assert o[key] == t[key], f"rank {rank}: {key} differs"

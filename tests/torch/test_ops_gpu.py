@@ -1,0 +1,67 @@
+"""torch.ops.symmwin.* on CUDA windows: graph capture with changing splits, both
+engines, long runs next to barrier() and one_shot_all_reduce, device-side overflow,
+and identical results to torch's NVSHMEM ops. World 4 and 8 share the GPUs (gloo
+groups; NCCL refuses two ranks on one GPU); the NVSHMEM comparison needs one GPU per
+rank. Scenarios: ops_gpu_scenarios.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import WorldFailed, run_world
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+WORLDS = [2, 4, 8]
+
+
+def _run(world, name, **kw):
+    return run_world(world, f"ops_gpu_scenarios:{name}", device="cuda", **kw)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_graph_replay_with_changing_splits(world):
+    replays = 20 if world == 2 else 6
+    assert _run(world, "graph_replay", args={"replays": replays}, timeout=400) == [replays] * world
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_both_engines_of_the_host_sized_ops(world):
+    sizes = [4096, 1 << 20, 17 << 20] if world == 2 else [4096, 1 << 20]
+    results = _run(world, "engines", args={"sizes": sizes}, timeout=400)
+    assert results == [3 * len(sizes) + 2] * world
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_thousand_calls_next_to_barrier_and_one_shot_all_reduce(world):
+    calls = 1000 if world == 2 else 300
+    results = _run(world, "soak", args={"calls": calls}, timeout=580)
+    assert results == [calls // 10] * world
+
+
+def test_received_splits_larger_than_out_trap_and_name_the_peer():
+    world = 2
+    results = _run(world, "overflow", timeout=120, env={"SYMMWIN_TIMEOUT_MS": "3000"})
+    for rank, r in enumerate(results):
+        # The trap makes the next synchronisation raise, as torch's backends do.
+        assert r["sync"] != "no error", (rank, r)
+    # Rank 0 says which peer sent how many rows into how little room.
+    assert "rows from rank" in results[0]["next"] and "room for 2 rows" in results[0]["next"], results[0]
+    # Rank 1 waited for rank 0, which never answered.
+    assert "timed out" in results[1]["next"] and "0" in results[1]["next"], results[1]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NVSHMEM needs one GPU per rank (2 GPUs)")
+def test_same_inputs_give_the_same_outputs_as_nvshmem():
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if not symm_mem.is_nvshmem_available():
+        pytest.skip("torch's NVSHMEM backend is not available here")
+    world = 2
+    try:
+        ref = _run(world, "nvshmem_reference", args={"torch_backend": True}, timeout=300)
+    except WorldFailed as e:
+        pytest.skip(f"torch's NVSHMEM backend does not run here:\n{e}")
+    ours = _run(world, "nvshmem_same_inputs", timeout=300)
+    assert ours == ref
