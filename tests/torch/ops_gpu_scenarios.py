@@ -168,6 +168,10 @@ def engines(ctx):
     # that is still being sent) into the next rank's copy of it.
     for engine in ("sm", "copy_engine"):
         bufs = [_sym(ctx, (1 << 18,), torch.float32) for _ in range(W)]
+        # One-sided ops use the window a tensor already has on the world group; the
+        # rendezvous that makes it is collective, so every rank does it first.
+        for b in bufs:
+            symm_mem.rendezvous(b, dist.group.WORLD)
         bufs[me].fill_(me)
         torch.cuda.synchronize()
         dist.barrier()
