@@ -930,7 +930,7 @@ fn fake_send(c: &Ctx, make: fn(&dyn Provider) -> Forged) -> String {
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size,
+                physical_size: size,
             };
             // Rank 0 fails after receiving; our own wait may time out. Either way is fine.
             let _ = endpoint.all_gather(&round, &handle, Duration::from_millis(500));
@@ -994,7 +994,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
                 sender: 1,
                 world: 2,
                 token: Token::from_hex(&theirs.token).unwrap().0,
-                size: 4096,
+                physical_size: 4096,
                 payload: Payload::Fd,
             };
             let mut buf = [0u8; FABRIC_LEN];
@@ -1019,7 +1019,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size: 4096,
+                physical_size: 4096,
             };
             endpoint
                 .all_gather(&round, &handle, Duration::from_secs(2))

@@ -74,7 +74,7 @@ fn valid_message() -> impl Strategy<Value = Message> {
             sender,
             world,
             token,
-            size,
+            physical_size: size,
             payload: match fabric {
                 Some(h) => {
                     let mut handle = [0u8; 64];
@@ -470,7 +470,7 @@ fn junk_rendezvous(
                 sender: 1,
                 world: 2,
                 token: Token::from_hex(&theirs.token).unwrap().0,
-                size: 4096,
+                physical_size: 4096,
                 payload: Payload::Fd,
             };
             for (kind, fd_kinds) in junk {
@@ -495,7 +495,7 @@ fn junk_rendezvous(
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size: 4096,
+                physical_size: 4096,
             };
             endpoint
                 .all_gather(&round, &handle, Duration::from_secs(5))

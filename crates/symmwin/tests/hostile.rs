@@ -176,7 +176,7 @@ fn intruder() -> String {
         sender: 1,
         world: 2,
         token: Token::from_hex(&theirs.token).unwrap().0,
-        size: 4096,
+        physical_size: 4096,
         payload: Payload::Fd,
     };
     let mut buf = [0u8; FABRIC_LEN];

@@ -324,7 +324,7 @@ fn forge_to_all(dir: &Path) -> usize {
             sender: 1,
             world: 2,
             token: [7; 16],
-            size: 4096,
+            physical_size: 4096,
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];

@@ -136,7 +136,7 @@ fn logged(rank: usize, world: usize) -> String {
             sender: 1,
             world: 2,
             token: [0; 16],
-            size: 4096,
+            physical_size: 4096,
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];

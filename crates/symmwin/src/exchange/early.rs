@@ -14,7 +14,7 @@ pub(super) struct Early {
     /// request of the rendezvous the handle is for once that request is read.
     pid: Option<u32>,
     world: usize,
-    size: u64,
+    physical_size: u64,
     handle: SharedHandle,
 }
 
@@ -33,7 +33,7 @@ impl Endpoint {
                     sender: message.sender as usize,
                     pid,
                     world: message.world as usize,
-                    size: message.size,
+                    physical_size: message.physical_size,
                     handle,
                 };
                 if message.group == round.group && message.seq == round.seq {
@@ -79,16 +79,16 @@ impl Endpoint {
             );
             return Ok(());
         }
-        if early.world != round.peers.len() || early.size != round.size {
+        if early.world != round.peers.len() || early.physical_size != round.physical_size {
             return Err(Error::new(
                 Phase::Exchange,
                 ErrorKind::Mismatch {
                     field: "handle",
                     detail: format!(
                         "rank {sender} sent size {} at world {}, expected size {} at world {}",
-                        early.size,
+                        early.physical_size,
                         early.world,
-                        round.size,
+                        round.physical_size,
                         round.peers.len()
                     ),
                 },

@@ -49,8 +49,9 @@ pub struct Round<'a> {
     pub peers: &'a [PeerAddress],
     /// The ranks to exchange with: those whose handles travel over the socket.
     pub targets: &'a [usize],
-    /// Size of the memory every handle refers to.
-    pub size: u64,
+    /// Physical size of the memory every handle refers to (the size asked for,
+    /// rounded up to the granularity): what the importer maps.
+    pub physical_size: u64,
 }
 
 /// This rank's socket for one group.

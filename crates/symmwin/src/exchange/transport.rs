@@ -77,7 +77,7 @@ impl Endpoint {
             sender: round.rank as u32,
             world: round.peers.len() as u32,
             token: address.token.0,
-            size: round.size,
+            physical_size: round.physical_size,
             payload: match handle {
                 SharedHandle::Fd(_) => Payload::Fd,
                 SharedHandle::Fabric(bytes) => Payload::Fabric(*bytes),

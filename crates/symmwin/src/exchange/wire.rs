@@ -2,7 +2,7 @@
 //!
 //! Fixed little-endian layout, so decoding is a bounds check and no allocation:
 //! `magic "SYMW" | version u16 | kind u8 | reserved u8 | group u64 | seq u64 |
-//! sender u32 | world u32 | token [16] | size u64 | fabric [64] (kind 1 only)`.
+//! sender u32 | world u32 | token [16] | physical_size u64 | fabric [64] (kind 1 only)`.
 
 /// Message magic.
 pub const MAGIC: [u8; 4] = *b"SYMW";
@@ -35,8 +35,9 @@ pub struct Message {
     pub world: u32,
     /// The receiver's token, as the sender read it from the store.
     pub token: [u8; 16],
-    /// Size of the memory the handle refers to.
-    pub size: u64,
+    /// Physical size of the memory the handle refers to (rounded up to the
+    /// granularity), as the sender mapped it.
+    pub physical_size: u64,
     /// The handle, or where to find it.
     pub payload: Payload,
 }
@@ -73,7 +74,7 @@ impl Message {
         buf[24..28].copy_from_slice(&self.sender.to_le_bytes());
         buf[28..32].copy_from_slice(&self.world.to_le_bytes());
         buf[32..48].copy_from_slice(&self.token);
-        buf[48..56].copy_from_slice(&self.size.to_le_bytes());
+        buf[48..56].copy_from_slice(&self.physical_size.to_le_bytes());
         match self.payload {
             Payload::Fd => &buf[..FD_LEN],
             Payload::Fabric(handle) => {
@@ -122,7 +123,7 @@ impl Message {
             sender: u32_at(24),
             world: u32_at(28),
             token,
-            size: u64_at(48),
+            physical_size: u64_at(48),
             payload,
         })
     }
@@ -140,7 +141,7 @@ mod tests {
             sender: 3,
             world: 8,
             token: [9; 16],
-            size: 1 << 21,
+            physical_size: 1 << 21,
             payload,
         }
     }
@@ -173,9 +174,9 @@ mod tests {
 
         #[test]
         fn any_valid_message_round_trips(group: u64, seq: u64, sender: u32, world: u32,
-                                         token: [u8; 16], size: u64, fabric: bool) {
+                                         token: [u8; 16], physical_size: u64, fabric: bool) {
             let payload = if fabric { Payload::Fabric([sender as u8; 64]) } else { Payload::Fd };
-            let m = Message { group, seq, sender, world, token, size, payload };
+            let m = Message { group, seq, sender, world, token, physical_size, payload };
             let mut buf = [0u8; FABRIC_LEN];
             let bytes = m.encode(&mut buf).to_vec();
             prop_assert_eq!(Message::decode(&bytes), Ok(m));

@@ -92,7 +92,7 @@ impl Rendezvous<'_> {
             rank: shared.rank,
             peers: &gathered.peers,
             targets: &targets,
-            size: physical_size as u64,
+            physical_size: physical_size as u64,
         };
         let mut handles = self
             .state
