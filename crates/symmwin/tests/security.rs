@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{assert_all_success, field, result, Job};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
-use symmwin::rendezvous::request::Request;
+use symmwin::testing::Request;
+use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::token::stable_id;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Store};

@@ -1,13 +1,13 @@
 //! The one message on the exchange socket: a handle with its credentials.
 //!
 //! Fixed little-endian layout, so decoding is a bounds check and no allocation:
-//! `magic "SYMW" | version u16 | kind u8 | reserved u8 | group u64 | seq u64 |
+//! `magic "SYMW" | version u16 ([`PROTOCOL_VERSION`]) | kind u8 | reserved u8 | group u64 | seq u64 |
 //! sender u32 | world u32 | token [16] | physical_size u64 | fabric [64] (kind 1 only)`.
+
+use crate::protocol::PROTOCOL_VERSION;
 
 /// Message magic.
 pub const MAGIC: [u8; 4] = *b"SYMW";
-/// Wire version; bumped on any layout change.
-pub const VERSION: u16 = 1;
 /// Length of a message carrying a file descriptor.
 pub const FD_LEN: usize = 56;
 /// Length of a message carrying a fabric handle.
@@ -63,7 +63,7 @@ impl Message {
     /// Encode into `buf`, returning the used prefix.
     pub fn encode<'a>(&self, buf: &'a mut [u8; FABRIC_LEN]) -> &'a [u8] {
         buf[0..4].copy_from_slice(&MAGIC);
-        buf[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        buf[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
         buf[6] = match self.payload {
             Payload::Fd => 0,
             Payload::Fabric(_) => 1,
@@ -93,7 +93,7 @@ impl Message {
             return Err(DecodeError::Magic);
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != VERSION {
+        if version != PROTOCOL_VERSION {
             return Err(DecodeError::Version(version));
         }
         let u64_at = |at: usize| {

@@ -4,11 +4,12 @@
 use std::time::Instant;
 
 use super::pads::PadAsk;
-use super::request::{self, Request, WindowOffer, PROTOCOL_VERSION};
+use super::request::{self, Request, WindowOffer};
 use super::spanning;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::PeerAddress;
 use crate::group::{GroupShared, GroupState};
+use crate::protocol::PROTOCOL_VERSION;
 use crate::provider::{Memory, SharedHandle};
 use crate::store;
 use crate::token::Token;
@@ -29,7 +30,7 @@ pub(super) struct Ask<'a> {
 pub(super) fn request(shared: &GroupShared, state: &GroupState, ask: Ask<'_>) -> Request {
     let info = shared.provider.info();
     Request {
-        version: PROTOCOL_VERSION,
+        version: PROTOCOL_VERSION.into(),
         group: shared.name.clone(),
         seq: ask.seq,
         rank: shared.rank,
@@ -158,15 +159,26 @@ mod tests {
         encoded
     }
 
-    #[test]
-    fn gathered_requests_come_in_rank_order_with_their_addresses() {
-        let (zero, store) = test_group("gather", 0, 2, None);
-        let (one, _) = test_group("gather", 1, 2, Some(store));
+    /// What a gather returns: every rank's key and request.
+    type KeysAndRequests = (Vec<String>, Vec<Request>);
+
+    /// Ranks 0 and 1 of group `name` publish rendezvous 0 (rank 0 asking for 100
+    /// bytes, rank 1 for `size_one`); rank 0 gathers.
+    fn gather_two(name: &str, size_one: usize) -> (Group, Result<KeysAndRequests>) {
+        let (zero, store) = test_group(name, 0, 2, None);
+        let (one, _) = test_group(name, 1, 2, Some(store));
         let alloc = Allocation::new(zero.provider().clone(), 100).unwrap();
         let ours = publish_one(&zero, &alloc, 100);
-        publish_one(&one, &alloc, 100);
+        publish_one(&one, &alloc, size_one);
         let deadline = Instant::now() + Duration::from_secs(5);
-        let (keys, requests) = gather_requests(&zero.shared, 0, ours, deadline).unwrap();
+        let gathered = gather_requests(&zero.shared, 0, ours, deadline);
+        (one, gathered)
+    }
+
+    #[test]
+    fn gathered_requests_come_in_rank_order_with_their_addresses() {
+        let (one, gathered) = gather_two("gather", 100);
+        let (keys, requests) = gathered.unwrap();
         assert_eq!(keys.len(), 2);
         assert_eq!(requests[0].rank, 0);
         assert_eq!(requests[1].rank, 1);
@@ -178,13 +190,8 @@ mod tests {
 
     #[test]
     fn a_rank_that_disagrees_fails_the_gather_naming_the_field() {
-        let (zero, store) = test_group("disagree", 0, 2, None);
-        let (one, _) = test_group("disagree", 1, 2, Some(store));
-        let alloc = Allocation::new(zero.provider().clone(), 100).unwrap();
-        let ours = publish_one(&zero, &alloc, 100);
-        publish_one(&one, &alloc, 200);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let err = gather_requests(&zero.shared, 0, ours, deadline).unwrap_err();
+        let (_, gathered) = gather_two("disagree", 200);
+        let err = gathered.unwrap_err();
         assert_eq!(err.phase, Phase::Gather);
         let text = err.to_string();
         assert!(text.contains("size"), "{text}");
@@ -193,13 +200,8 @@ mod tests {
 
     #[test]
     fn a_forged_token_is_named_with_its_key_and_rank() {
-        let (zero, store) = test_group("token", 0, 2, None);
-        let (one, _) = test_group("token", 1, 2, Some(store));
-        let alloc = Allocation::new(zero.provider().clone(), 100).unwrap();
-        let ours = publish_one(&zero, &alloc, 100);
-        publish_one(&one, &alloc, 100);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let (keys, mut requests) = gather_requests(&zero.shared, 0, ours, deadline).unwrap();
+        let (_, gathered) = gather_two("token", 100);
+        let (keys, mut requests) = gathered.unwrap();
         requests[1].token = "not hex".into();
         let err = peer_addresses(&requests, &keys).unwrap_err();
         assert_eq!(err.peer, Some(1));
