@@ -1,8 +1,9 @@
 //! The one message on the exchange socket: a handle with its credentials.
 //!
 //! Fixed little-endian layout, so decoding is a bounds check and no allocation:
-//! `magic "SYMW" | version u16 ([`PROTOCOL_VERSION`]) | kind u8 | reserved u8 | group u64 | seq u64 |
+//! `magic "SYMW" | version u16 | kind u8 | reserved u8 | group u64 | seq u64 |
 //! sender u32 | world u32 | token [16] | physical_size u64 | fabric [64] (kind 1 only)`.
+//! The version is the protocol's ([`PROTOCOL_VERSION`]), the one requests carry.
 
 use crate::protocol::PROTOCOL_VERSION;
 

@@ -3,8 +3,9 @@
 //!
 //! The steps, in order, each in its own module: publish and gather-and-validate
 //! (`publish`), take a released window over (`reuse`) or map own memory, exchange
-//! handles, import and map peers (`map`), retire keys (`retire`); `run` holds the
-//! orchestrator and `clock` the phase times.
+//! handles, import and map peers (`map`), retire keys (`retire`), then claim a
+//! signal-pad slot (`pads`, growing the pools by a rendezvous of their own); `run`
+//! holds the orchestrator and `clock` the phase times.
 
 mod claim;
 mod clock;
