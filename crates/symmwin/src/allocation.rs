@@ -14,7 +14,7 @@ use crate::window_cache::{self, Parked, WindowSpan};
 ///
 /// Dropping the last clone unmaps the local view and releases the handle; windows
 /// made from it keep the memory alive through their own mappings. An allocation
-/// that became exactly one window is parked whole in [`crate::window_cache`] once
+/// that became exactly one window is parked whole in the window cache once
 /// that window and the allocation are both gone.
 #[derive(Clone)]
 pub struct Allocation {

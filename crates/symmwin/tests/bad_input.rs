@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{mappings, open_fds, result, Job};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
-use symmwin::exchange::{Endpoint, Round};
 use symmwin::provider::SharedHandle;
-use symmwin::rendezvous::request::Request;
 use symmwin::store::Namespace;
+use symmwin::testing::Request;
+use symmwin::testing::{Endpoint, Round};
+use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::token::{stable_id, Token};
 use symmwin::SignalOptions;
 use symmwin::{
@@ -192,11 +192,11 @@ fn table() -> String {
     let mut failed = Vec::new();
     for (i, (name, case, expect)) in CASES.iter().enumerate() {
         // Freed windows wait in the window cache; flushed, nothing may be left.
-        symmwin::window_cache::flush();
+        symmwin::testing::window_cache::flush();
         let (fds, maps) = (open_fds(), mappings());
         let maps_before = std::fs::read_to_string("/proc/self/maps").unwrap();
         let got = case(&ctx);
-        symmwin::window_cache::flush();
+        symmwin::testing::window_cache::flush();
         let (fds1, maps1) = (open_fds(), mappings());
         if maps1 != maps {
             // Show what changed, to tell a leaked span or memfd from allocator noise.
@@ -930,7 +930,7 @@ fn fake_send(c: &Ctx, make: fn(&dyn Provider) -> Forged) -> String {
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size,
+                physical_size: size,
             };
             // Rank 0 fails after receiving; our own wait may time out. Either way is fine.
             let _ = endpoint.all_gather(&round, &handle, Duration::from_millis(500));
@@ -994,7 +994,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
                 sender: 1,
                 world: 2,
                 token: Token::from_hex(&theirs.token).unwrap().0,
-                size: 4096,
+                physical_size: 4096,
                 payload: Payload::Fd,
             };
             let mut buf = [0u8; FABRIC_LEN];
@@ -1019,7 +1019,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size: 4096,
+                physical_size: 4096,
             };
             endpoint
                 .all_gather(&round, &handle, Duration::from_secs(2))

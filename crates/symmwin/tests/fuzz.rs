@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN, FD_LEN};
-use symmwin::exchange::{Endpoint, Round};
 use symmwin::provider::{HandleType, ProviderKind, SharedHandle};
-use symmwin::rendezvous::request::{validate, Request, PROTOCOL_VERSION};
 use symmwin::store::Namespace;
+use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
+use symmwin::testing::{Endpoint, Round};
+use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
 use symmwin::token::{stable_id, Token};
 use symmwin::{Allocation, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
@@ -74,7 +74,7 @@ fn valid_message() -> impl Strategy<Value = Message> {
             sender,
             world,
             token,
-            size,
+            physical_size: size,
             payload: match fabric {
                 Some(h) => {
                     let mut handle = [0u8; 64];
@@ -141,7 +141,7 @@ fn fuzz_wire_decoder() {
 
 fn sample_request(rank: usize) -> Request {
     Request {
-        version: PROTOCOL_VERSION,
+        version: PROTOCOL_VERSION.into(),
         group: "g".into(),
         seq: 3,
         rank,
@@ -158,11 +158,11 @@ fn sample_request(rank: usize) -> Request {
         pid: 10 + rank as u32,
         uid: 1000,
         host: "h".into(),
-        locality: symmwin::rendezvous::locality::Locality {
+        locality: symmwin::testing::Locality {
             host_id: String::new(),
             boot_id: "b".into(),
             uid: 1000,
-            socket_dir: symmwin::rendezvous::locality::DirIdentity { dev: 1, ino: 2 },
+            socket_dir: symmwin::testing::DirIdentity { dev: 1, ino: 2 },
             fabric_domain: None,
         },
         fabric_handle: None,
@@ -255,7 +255,7 @@ fn request_set() -> impl Strategy<Value = Vec<Request>> {
             .enumerate()
             .map(|(rank, (v, seq, world, size, pads, pools, host, fabric))| {
                 let mut r = sample_request(rank);
-                r.version = PROTOCOL_VERSION + v;
+                r.version = u32::from(PROTOCOL_VERSION) + v;
                 r.seq = seq;
                 r.world = world;
                 r.size = 4096 << size;
@@ -470,7 +470,7 @@ fn junk_rendezvous(
                 sender: 1,
                 world: 2,
                 token: Token::from_hex(&theirs.token).unwrap().0,
-                size: 4096,
+                physical_size: 4096,
                 payload: Payload::Fd,
             };
             for (kind, fd_kinds) in junk {
@@ -495,7 +495,7 @@ fn junk_rendezvous(
                 rank: 1,
                 peers: &peers,
                 targets: &[0],
-                size: 4096,
+                physical_size: 4096,
             };
             endpoint
                 .all_gather(&round, &handle, Duration::from_secs(5))

@@ -14,9 +14,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::{assert_all_success, field, result, Job};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
 use symmwin::provider::SharedHandle;
-use symmwin::rendezvous::request::Request;
+use symmwin::testing::Request;
+use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::token::{stable_id, Token};
 use symmwin::{
     Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry,
@@ -176,7 +176,7 @@ fn intruder() -> String {
         sender: 1,
         world: 2,
         token: Token::from_hex(&theirs.token).unwrap().0,
-        size: 4096,
+        physical_size: 4096,
         payload: Payload::Fd,
     };
     let mut buf = [0u8; FABRIC_LEN];

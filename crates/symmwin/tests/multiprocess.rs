@@ -10,7 +10,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
+use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
@@ -147,7 +147,7 @@ fn cycles(rank: usize, world: usize) -> String {
     let warm = Allocation::new(provider.clone(), 4096).unwrap();
     drop(group.rendezvous(&warm).unwrap());
     drop(warm);
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     let (fds0, maps0) = (open_fds(), mappings());
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     for i in 0..cycles {
@@ -167,12 +167,12 @@ fn cycles(rank: usize, world: usize) -> String {
     // Freed windows wait in the window cache; flushed, nothing may be left. One more
     // collective (on fresh memory, so with handles) so every rank has deleted its
     // last request key.
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
     sync.barrier(SignalOptions::default()).unwrap();
     drop((sync, sync_alloc));
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     let (fds1, maps1) = (open_fds(), mappings());
     format!(
         "fds={fds0}->{fds1} maps={maps0}->{maps1} keys={} pools={}",
@@ -209,14 +209,14 @@ fn die_or_wait(rank: usize, world: usize, publish_first: bool) -> String {
 
 /// Publish a well-formed request for seq 0 whose process then dies before sending.
 fn publish_and_vanish(rank: usize, world: usize) {
-    let endpoint = symmwin::exchange::Endpoint::bind(
+    let endpoint = symmwin::testing::Endpoint::bind(
         Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
         0,
     )
     .unwrap();
     let info = HostProvider::new().info();
-    let request = symmwin::rendezvous::request::Request {
-        version: symmwin::rendezvous::request::PROTOCOL_VERSION,
+    let request = symmwin::testing::Request {
+        version: symmwin::testing::PROTOCOL_VERSION.into(),
         group: "test".into(),
         seq: 0,
         rank,
@@ -236,7 +236,7 @@ fn publish_and_vanish(rank: usize, world: usize) {
             .nodename()
             .to_string_lossy()
             .into_owned(),
-        locality: symmwin::rendezvous::locality::Locality::here(
+        locality: symmwin::testing::Locality::here(
             std::env::var("SYMMWIN_HOST_ID").ok().as_deref(),
             Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
             None,
@@ -324,7 +324,7 @@ fn forge_to_all(dir: &Path) -> usize {
             sender: 1,
             world: 2,
             token: [7; 16],
-            size: 4096,
+            physical_size: 4096,
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];
@@ -528,7 +528,7 @@ fn another_uid_cannot_reach_the_sockets() {
         return;
     }
     let job = Job::new("uid");
-    let endpoint = symmwin::exchange::Endpoint::bind(&job.sockets(), 1).unwrap();
+    let endpoint = symmwin::testing::Endpoint::bind(&job.sockets(), 1).unwrap();
     // The test binary may sit where nobody cannot read; give it a copy it can run.
     let exe = job.dir.join("worker-exe");
     std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
@@ -572,16 +572,16 @@ fn socket_directories_that_others_can_enter_are_refused() {
     let open = job.dir.join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let err = symmwin::exchange::Endpoint::bind(&open, 0).unwrap_err();
+    let err = symmwin::testing::Endpoint::bind(&open, 0).unwrap_err();
     assert!(err.to_string().contains("must be 0700"), "{err}");
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
         .create(job.sockets())
         .unwrap();
     let link = job.dir.join("link");
     std::os::unix::fs::symlink(job.sockets(), &link).unwrap();
-    let err = symmwin::exchange::Endpoint::bind(&link, 0).unwrap_err();
+    let err = symmwin::testing::Endpoint::bind(&link, 0).unwrap_err();
     assert!(err.to_string().contains("symlink"), "{err}");
-    let ok = symmwin::exchange::Endpoint::bind(&job.sockets(), 0).unwrap();
+    let ok = symmwin::testing::Endpoint::bind(&job.sockets(), 0).unwrap();
     let mode = std::fs::metadata(ok.path())
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
         .unwrap();

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{assert_all_success, field, result, Job};
-use symmwin::exchange::wire::{Message, Payload, FABRIC_LEN};
-use symmwin::rendezvous::request::Request;
+use symmwin::testing::Request;
+use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::token::stable_id;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Store};
@@ -136,7 +136,7 @@ fn logged(rank: usize, world: usize) -> String {
             sender: 1,
             world: 2,
             token: [0; 16],
-            size: 4096,
+            physical_size: 4096,
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];

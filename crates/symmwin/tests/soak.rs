@@ -118,7 +118,7 @@ fn soak(rank: usize, world: usize) -> String {
     }
     anchor.barrier(SignalOptions::default()).unwrap();
     // Freed windows wait in the window cache: counted flushed, nothing may be left.
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     let before = (
         open_fds(),
         mappings(),
@@ -199,12 +199,12 @@ fn soak(rank: usize, world: usize) -> String {
     let secs = start.elapsed().as_secs_f64();
     // A window taken over from the cache leaves its request key to the next
     // rendezvous: one more per group, on fresh memory, and then nothing is cached.
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     for g in std::iter::once(&group).chain(sub.as_ref()) {
         let last = Allocation::new(provider.clone(), 4096).unwrap();
         drop(g.rendezvous(&last).unwrap());
     }
-    symmwin::window_cache::flush();
+    symmwin::testing::window_cache::flush();
     // Every rank has returned from all its rendezvous (so deleted its keys) once it
     // is through this barrier; after the second one it may drop its sockets.
     anchor.barrier(SignalOptions::channel(2)).unwrap();

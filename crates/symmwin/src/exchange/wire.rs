@@ -2,12 +2,13 @@
 //!
 //! Fixed little-endian layout, so decoding is a bounds check and no allocation:
 //! `magic "SYMW" | version u16 | kind u8 | reserved u8 | group u64 | seq u64 |
-//! sender u32 | world u32 | token [16] | size u64 | fabric [64] (kind 1 only)`.
+//! sender u32 | world u32 | token [16] | physical_size u64 | fabric [64] (kind 1 only)`.
+//! The version is the protocol's ([`PROTOCOL_VERSION`]), the one requests carry.
+
+use crate::protocol::PROTOCOL_VERSION;
 
 /// Message magic.
 pub const MAGIC: [u8; 4] = *b"SYMW";
-/// Wire version; bumped on any layout change.
-pub const VERSION: u16 = 1;
 /// Length of a message carrying a file descriptor.
 pub const FD_LEN: usize = 56;
 /// Length of a message carrying a fabric handle.
@@ -35,8 +36,9 @@ pub struct Message {
     pub world: u32,
     /// The receiver's token, as the sender read it from the store.
     pub token: [u8; 16],
-    /// Size of the memory the handle refers to.
-    pub size: u64,
+    /// Physical size of the memory the handle refers to (rounded up to the
+    /// granularity), as the sender mapped it.
+    pub physical_size: u64,
     /// The handle, or where to find it.
     pub payload: Payload,
 }
@@ -62,7 +64,7 @@ impl Message {
     /// Encode into `buf`, returning the used prefix.
     pub fn encode<'a>(&self, buf: &'a mut [u8; FABRIC_LEN]) -> &'a [u8] {
         buf[0..4].copy_from_slice(&MAGIC);
-        buf[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        buf[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
         buf[6] = match self.payload {
             Payload::Fd => 0,
             Payload::Fabric(_) => 1,
@@ -73,7 +75,7 @@ impl Message {
         buf[24..28].copy_from_slice(&self.sender.to_le_bytes());
         buf[28..32].copy_from_slice(&self.world.to_le_bytes());
         buf[32..48].copy_from_slice(&self.token);
-        buf[48..56].copy_from_slice(&self.size.to_le_bytes());
+        buf[48..56].copy_from_slice(&self.physical_size.to_le_bytes());
         match self.payload {
             Payload::Fd => &buf[..FD_LEN],
             Payload::Fabric(handle) => {
@@ -92,7 +94,7 @@ impl Message {
             return Err(DecodeError::Magic);
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-        if version != VERSION {
+        if version != PROTOCOL_VERSION {
             return Err(DecodeError::Version(version));
         }
         let u64_at = |at: usize| {
@@ -122,7 +124,7 @@ impl Message {
             sender: u32_at(24),
             world: u32_at(28),
             token,
-            size: u64_at(48),
+            physical_size: u64_at(48),
             payload,
         })
     }
@@ -140,7 +142,7 @@ mod tests {
             sender: 3,
             world: 8,
             token: [9; 16],
-            size: 1 << 21,
+            physical_size: 1 << 21,
             payload,
         }
     }
@@ -173,9 +175,9 @@ mod tests {
 
         #[test]
         fn any_valid_message_round_trips(group: u64, seq: u64, sender: u32, world: u32,
-                                         token: [u8; 16], size: u64, fabric: bool) {
+                                         token: [u8; 16], physical_size: u64, fabric: bool) {
             let payload = if fabric { Payload::Fabric([sender as u8; 64]) } else { Payload::Fd };
-            let m = Message { group, seq, sender, world, token, size, payload };
+            let m = Message { group, seq, sender, world, token, physical_size, payload };
             let mut buf = [0u8; FABRIC_LEN];
             let bytes = m.encode(&mut buf).to_vec();
             prop_assert_eq!(Message::decode(&bytes), Ok(m));

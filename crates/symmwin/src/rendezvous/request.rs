@@ -11,13 +11,10 @@ use crate::provider::{HandleType, ProviderKind};
 
 use super::locality::Locality;
 
-/// Bumped whenever the request format or protocol changes.
-pub const PROTOCOL_VERSION: u32 = 2;
-
 /// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct Request {
-    /// Protocol version.
+    /// Protocol version ([`crate::protocol::PROTOCOL_VERSION`]).
     pub version: u32,
     /// Group name.
     pub group: String,
@@ -61,7 +58,7 @@ pub struct Request {
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
     pub token: String,
-    /// What this rank can reuse and has freed (see [`crate::window_cache`]).
+    /// What this rank can reuse and has freed (see the `window_cache` module).
     #[serde(default)]
     pub cache: WindowOffer,
 }
@@ -215,10 +212,11 @@ pub fn validate(requests: &[Request]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::PROTOCOL_VERSION;
 
     fn request(rank: usize, size: usize) -> Request {
         Request {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_VERSION.into(),
             group: "g".into(),
             seq: 3,
             rank,

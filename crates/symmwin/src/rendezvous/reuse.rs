@@ -10,6 +10,23 @@ use crate::group::GroupShared;
 use crate::provider::{Memory, SharedHandle};
 use crate::window_cache::{self, WindowSpan};
 
+/// What a rendezvous makes a window for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A user allocation's window.
+    Window,
+    /// A pool of signal pads, which must read zero before any peer can map it.
+    PadPool,
+}
+
+impl Purpose {
+    /// Our slot must be zeroed before our handle goes to any peer (unless the
+    /// provider's memory is zero on creation).
+    pub(crate) fn zeroed_before_sharing(self) -> bool {
+        self == Purpose::PadPool
+    }
+}
+
 /// The memory a rendezvous makes a window of.
 pub(crate) enum Own<'a> {
     /// A user allocation: handle exported ahead, window cache in play.
@@ -19,6 +36,13 @@ pub(crate) enum Own<'a> {
 }
 
 impl Own<'_> {
+    pub(crate) fn purpose(&self) -> Purpose {
+        match self {
+            Own::Alloc(_) => Purpose::Window,
+            Own::Pool(_) => Purpose::PadPool,
+        }
+    }
+
     pub(crate) fn memory(&self) -> &dyn Memory {
         match self {
             Own::Alloc(alloc) => alloc.memory(),

@@ -12,8 +12,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use symmwin::exchange::PeerAddress;
-use symmwin::rendezvous::request::Request;
+use symmwin::testing::PeerAddress;
+use symmwin::testing::Request;
 use symmwin::token::Token;
 use symmwin::{Config, FileStore, Group, GroupSpec, HostProvider, Provider};
 

@@ -1,0 +1,116 @@
+//! Authentication: a datagram is accepted only from the process that published the
+//! sender rank's request, under our uid, carrying our token; a handle is sent only to
+//! a socket of ours in a private directory.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::diagnosis::shown;
+use super::transport::Received;
+use super::wire::{Message, Payload};
+use super::{Endpoint, Round};
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::SharedHandle;
+
+impl Endpoint {
+    /// Check a datagram's credentials, token and attachments; the reason when
+    /// it is dropped.
+    pub(super) fn authenticate(
+        &self,
+        round: &Round<'_>,
+        mut raw: Received,
+    ) -> std::result::Result<(Message, SharedHandle), String> {
+        if raw.truncated {
+            return Err("truncated datagram".into());
+        }
+        let uid = raw.uid.ok_or("no sender credentials")?;
+        if uid != self.uid {
+            return Err(format!("sender uid {uid} is not ours ({})", self.uid));
+        }
+        let message = Message::decode(&raw.bytes).map_err(|e| format!("undecodable: {e}"))?;
+        if !self.token.matches(&message.token) {
+            return Err(format!("wrong token from pid {:?}", raw.pid));
+        }
+        let sender = message.sender as usize;
+        // A rank is one process for the whole life of its group, so the pid its
+        // current request names is the only one that may send for this or a later
+        // rendezvous (a token holder that is not a rank cannot plant an early handle).
+        if message.group == round.group && message.seq >= round.seq {
+            let expected = round
+                .peers
+                .get(sender)
+                .filter(|_| round.targets.contains(&sender))
+                .ok_or_else(|| format!("sender rank {sender} is not a peer"))?;
+            if raw.pid != Some(expected.pid) {
+                return Err(format!(
+                    "rank {sender} message from pid {:?}, its request names pid {}",
+                    raw.pid, expected.pid
+                ));
+            }
+        }
+        let handle = match message.payload {
+            Payload::Fd if raw.fds.len() == 1 => SharedHandle::Fd(raw.fds.remove(0)),
+            Payload::Fabric(bytes) if raw.fds.is_empty() => SharedHandle::Fabric(bytes),
+            _ => {
+                return Err(format!(
+                    "{} fds attached to a {:?} message",
+                    raw.fds.len(),
+                    message.payload
+                ))
+            }
+        };
+        Ok((message, handle))
+    }
+}
+
+/// Longest path a Unix socket address holds (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// A peer socket must be a socket owned by `uid` (ours) inside a directory that only
+/// we can enter.
+pub(super) fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let refuse = |why: &str| {
+        Error::new(
+            Phase::Exchange,
+            ErrorKind::Rejected(format!("peer socket {}: {why}", shown(path))),
+        )
+    };
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(refuse(&format!(
+            "the path is {len} bytes, longer than a Unix socket address holds \
+             ({MAX_SOCKET_PATH}); the peer's request is corrupt or forged"
+        )));
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        Error::new(
+            Phase::Exchange,
+            ErrorKind::PeerLost(format!("socket {} is gone ({e})", shown(path))),
+        )
+    })?;
+    if !meta.file_type().is_socket() || meta.uid() != uid {
+        return Err(refuse("is not a socket owned by us"));
+    }
+    let dir = path.parent().ok_or_else(|| refuse("has no directory"))?;
+    crate::private_dir::verify(dir, "peer socket directory", "the sockets", Phase::Exchange)
+        .map_err(|_| refuse("is not in a private directory of ours"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn an_overlong_peer_socket_path_is_named_as_such() {
+        let long = PathBuf::from(format!("/tmp/{}", "d".repeat(1 << 20)));
+        let err = check_peer_socket(&long, 0).unwrap_err().to_string();
+        assert!(
+            err.contains("longer than a Unix socket address holds"),
+            "{err}"
+        );
+        assert!(err.len() < 1000, "{} bytes", err.len());
+    }
+}

@@ -1,0 +1,114 @@
+//! Early-message buffering: handles that arrive for a rendezvous this rank has not
+//! reached yet are kept, authenticated, until it does.
+
+use super::transport::Received;
+use super::{Endpoint, Round};
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::provider::SharedHandle;
+
+/// A received, authenticated handle not yet consumed (it arrived early).
+#[derive(Debug)]
+pub(super) struct Early {
+    sender: usize,
+    /// The sending process, as the kernel reported it: checked again against the
+    /// request of the rendezvous the handle is for once that request is read.
+    pid: Option<u32>,
+    world: usize,
+    physical_size: u64,
+    handle: SharedHandle,
+}
+
+impl Endpoint {
+    /// Authenticate a datagram and file it under its rendezvous.
+    pub(super) fn route(
+        &mut self,
+        round: &Round<'_>,
+        raw: Received,
+        received: &mut [Option<SharedHandle>],
+    ) -> Result<()> {
+        let pid = raw.pid;
+        match self.authenticate(round, raw) {
+            Ok((message, handle)) => {
+                let early = Early {
+                    sender: message.sender as usize,
+                    pid,
+                    world: message.world as usize,
+                    physical_size: message.physical_size,
+                    handle,
+                };
+                if message.group == round.group && message.seq == round.seq {
+                    self.accept(round, early, received)
+                } else if message.group == round.group && message.seq > round.seq {
+                    self.early
+                        .entry((message.group, message.seq))
+                        .or_default()
+                        .push(early);
+                    Ok(())
+                } else {
+                    // A late message of a finished or failed rendezvous: its fd closes here.
+                    tracing::debug!(seq = message.seq, "dropping stale handle");
+                    Ok(())
+                }
+            }
+            Err(reason) => {
+                self.rejected += 1;
+                tracing::warn!("symmwin rank {}: rejected a message: {reason}", round.rank);
+                Ok(())
+            }
+        }
+    }
+
+    /// Take a handle for the current rendezvous, if its sender is a peer we expect
+    /// one from and has not sent one yet.
+    pub(super) fn accept(
+        &mut self,
+        round: &Round<'_>,
+        early: Early,
+        received: &mut [Option<SharedHandle>],
+    ) -> Result<()> {
+        let sender = early.sender;
+        let expected = round.peers.get(sender).map(|p| p.pid);
+        if sender == round.rank || expected.is_none() || early.pid != expected {
+            self.rejected += 1;
+            tracing::warn!(
+                "symmwin rank {}: rejected an early handle for rank {sender} from pid {:?}; \
+                 its request names pid {:?}",
+                round.rank,
+                early.pid,
+                expected
+            );
+            return Ok(());
+        }
+        if early.world != round.peers.len() || early.physical_size != round.physical_size {
+            return Err(Error::new(
+                Phase::Exchange,
+                ErrorKind::Mismatch {
+                    field: "handle",
+                    detail: format!(
+                        "rank {sender} sent size {} at world {}, expected size {} at world {}",
+                        early.physical_size,
+                        early.world,
+                        round.physical_size,
+                        round.peers.len()
+                    ),
+                },
+            )
+            .with_peer(sender));
+        }
+        match received.get_mut(sender) {
+            Some(slot @ None) if round.targets.contains(&sender) => {
+                *slot = Some(early.handle);
+                self.counts.accepted += 1;
+                Ok(())
+            }
+            _ => {
+                self.rejected += 1;
+                tracing::warn!(
+                    "symmwin rank {}: duplicate handle from rank {sender}",
+                    round.rank
+                );
+                Ok(())
+            }
+        }
+    }
+}

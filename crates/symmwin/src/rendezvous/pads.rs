@@ -1,0 +1,82 @@
+//! The signal-pad part of a rendezvous: what a request says about this rank's pad
+//! pools, and claiming the slot every rank agrees on (growing the pools when none is
+//! free everywhere).
+
+use super::request::Request;
+use super::reuse::Own;
+use super::run::Rendezvous;
+use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::group::GroupShared;
+use crate::signal::pool::{self, PadLease, PoolWindow};
+
+/// Pad information a request carries.
+pub(super) struct PadAsk {
+    pub(super) pad_size: usize,
+    pub(super) pools: usize,
+    pub(super) free: Vec<u64>,
+}
+
+impl PadAsk {
+    /// No pads: the request of a pad pool's own window.
+    pub(super) fn none() -> Self {
+        PadAsk {
+            pad_size: 0,
+            pools: 0,
+            free: Vec::new(),
+        }
+    }
+
+    /// This rank's pools of `pad_size` pads and which slots are free in them.
+    pub(super) fn of(shared: &GroupShared, pad_size: usize) -> Self {
+        let provider = &shared.provider;
+        let (pools, free) = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
+            let mut bytes = vec![0u8; len];
+            // SAFETY: `addr..addr + len` is this rank's own pad in a pool window the
+            // group keeps mapped for as long as `shared.pads` lives.
+            let read = unsafe { provider.read(addr, &mut bytes) };
+            read.is_ok() && bytes.iter().all(|&b| b == 0)
+        });
+        PadAsk {
+            pad_size,
+            pools,
+            free,
+        }
+    }
+}
+
+impl Rendezvous<'_> {
+    /// Pick the lowest pad slot free on every rank, growing the pool when none is.
+    pub(super) fn claim_pad(&mut self, requests: &[Request], pad_size: usize) -> Result<PadLease> {
+        let bitmaps: Vec<&[u64]> = requests.iter().map(|r| r.pad_free.as_slice()).collect();
+        let slot = match pool::common_free_slot(&bitmaps) {
+            Some(slot) => slot,
+            None => self.grow_pads(requests[0].pad_pools, pad_size)?,
+        };
+        self.shared.pads.take(pad_size, slot).ok_or_else(|| {
+            Error::new(
+                Phase::Map,
+                ErrorKind::Mismatch {
+                    field: "pad_free",
+                    detail: format!("slot {slot} agreed by all ranks is not free here"),
+                },
+            )
+        })
+    }
+
+    /// Add a pool of `pad_size` pads to the `pools` every rank has (a collective
+    /// rendezvous of its own); the first slot of the new pool.
+    fn grow_pads(&mut self, pools: usize, pad_size: usize) -> Result<usize> {
+        let granularity = self.shared.provider.info().granularity;
+        let bytes = pool::pool_bytes(pad_size, granularity)?;
+        let memory = self.shared.provider.create(bytes)?;
+        let pool_window = self.exchange(Own::Pool(memory.as_ref()), bytes, &PadAsk::none())?;
+        self.shared.pads.grow(
+            pad_size,
+            PoolWindow {
+                _span: pool_window.span,
+                layout: pool_window.layout,
+            },
+        );
+        Ok(pools * pool::slots_per_pool(bytes, pad_size))
+    }
+}

@@ -1,0 +1,178 @@
+//! One rendezvous run: the context its steps share (the group, its locked state and
+//! the phase clock) and the orchestrator that runs the steps in order.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::claim;
+use super::clock::{PhaseClock, Step};
+use super::pads::PadAsk;
+use super::publish::{self, Ask};
+use super::request::{Request, WindowOffer};
+use super::retire::{self, KeysDone};
+use super::reuse::{self, Own};
+use crate::error::Result;
+use crate::exchange::PeerAddress;
+use crate::group::{GroupShared, GroupState};
+use crate::layout::FlatLayout;
+use crate::provider::{SharedHandle, Span};
+use crate::window_cache;
+
+/// A rendezvous in progress: what every step reads and the clock each one marks.
+pub(super) struct Rendezvous<'a> {
+    pub(super) shared: &'a Arc<GroupShared>,
+    pub(super) state: &'a mut GroupState,
+    pub(super) clock: PhaseClock,
+}
+
+/// What a finished exchange produced.
+pub(super) struct Exchanged {
+    pub(super) span: Box<dyn Span>,
+    pub(super) layout: FlatLayout,
+    pub(super) requests: Vec<Request>,
+    /// The rendezvous number that made it.
+    pub(super) seq: u64,
+    /// It is a released window taken over whole: no handles went between the ranks.
+    pub(super) reused: bool,
+    /// Which ranks' memory is mapped in `span` (the others' slots stay unmapped).
+    pub(super) mapped: Vec<bool>,
+    /// The window may go to the window cache when freed: every rank maps every
+    /// rank over the socket (a group spanning hosts keeps no windows).
+    pub(super) cacheable: bool,
+}
+
+impl Exchanged {
+    /// True when a handle came over the socket from every peer.
+    fn every_peer_sent(&self) -> bool {
+        !self.reused && self.cacheable
+    }
+}
+
+/// What the gather of rendezvous `seq` produced: every rank's key, request and
+/// exchange address, in rank order.
+pub(super) struct Gathered {
+    pub(super) seq: u64,
+    pub(super) keys: Vec<String>,
+    pub(super) requests: Vec<Request>,
+    pub(super) peers: Vec<PeerAddress>,
+}
+
+impl<'a> Rendezvous<'a> {
+    pub(super) fn new(shared: &'a Arc<GroupShared>, state: &'a mut GroupState) -> Self {
+        Rendezvous {
+            shared,
+            state,
+            clock: PhaseClock::start(),
+        }
+    }
+
+    /// The collective core: publish, gather and validate, make the window (taken
+    /// over, or mapped fresh), retire the keys no peer needs any more.
+    pub(super) fn exchange(
+        &mut self,
+        own: Own<'_>,
+        size: usize,
+        pads: &PadAsk,
+    ) -> Result<Exchanged> {
+        let seq = self.state.next_seq;
+        self.state.next_seq += 1;
+        let offer = own.offer(self.shared);
+        let own_key = self.shared.namespace.request(seq, self.shared.rank);
+        self.clock.restart();
+        let handle = self.export_ahead(&own, &offer)?;
+        let ask = Ask {
+            seq,
+            memory: own.memory(),
+            size,
+            pads,
+            handle: handle.as_ref(),
+            offer,
+        };
+        let (encoded, deadline) = self.publish(ask, &own_key)?;
+        let mut gathered = false;
+        let result = publish::gather_requests(self.shared, seq, encoded, deadline).and_then(
+            |(keys, requests)| {
+                gathered = true;
+                self.make_window(&own, handle, seq, keys, requests)
+            },
+        );
+        let done = KeysDone {
+            earlier: gathered,
+            own: result.as_ref().is_ok_and(|e| e.every_peer_sent()),
+        };
+        retire::retire_keys(self.shared, &mut self.state.stale_keys, own_key, done);
+        result.map_err(|e| claim::explain(self.shared, seq, e))
+    }
+
+    /// Export before publishing (for an allocation: the handle exported when it was
+    /// made): a rank that cannot export must not make peers wait for a handle that
+    /// will never come longer than the timeout, and a request carries the fabric
+    /// handle for peers of its fabric domain on other hosts. Memory that may take a
+    /// released window over needs no handle unless that fails: only groups whose
+    /// ranks all share one host keep windows, so then no peer reads it from the store.
+    fn export_ahead(&mut self, own: &Own<'_>, offer: &WindowOffer) -> Result<Option<SharedHandle>> {
+        let handle = match offer.reuse {
+            Some(_) => None,
+            None => Some(own.export()?),
+        };
+        self.clock.lap(Step::Export);
+        Ok(handle)
+    }
+
+    /// Publish our request for `ask`: its bytes and the deadline of the gather.
+    fn publish(&mut self, ask: Ask<'_>, own_key: &str) -> Result<(Vec<u8>, Instant)> {
+        let seq = ask.seq;
+        let request = publish::request(self.shared, self.state, ask);
+        let deadline = Instant::now() + self.shared.timeout;
+        // A stale store and two processes given one rank both show at a group's first
+        // rendezvous (an earlier job's requests start at sequence 0; duplicates start
+        // together), so later ones skip the lookup: 1 set + 1 wait_all + 1 delete.
+        if seq == 0 {
+            claim::check_own_key(self.shared, seq, own_key, deadline)?;
+        }
+        let encoded = request.encode();
+        publish::publish(self.shared, own_key, encoded.clone(), deadline)?;
+        self.clock.lap(Step::Publish);
+        Ok((encoded, deadline))
+    }
+
+    /// After the gather: the window every rank agreed on, taken over when every rank
+    /// offers the same released one, otherwise mapped fresh.
+    fn make_window(
+        &mut self,
+        own: &Own<'_>,
+        handle: Option<SharedHandle>,
+        seq: u64,
+        keys: Vec<String>,
+        requests: Vec<Request>,
+    ) -> Result<Exchanged> {
+        let peers = publish::peer_addresses(&requests, &keys)?;
+        self.clock.lap(Step::Gather);
+        window_cache::release(self.shared, &reuse::freed_everywhere(&requests));
+        // Only windows of one-host groups are parked (`cacheable`), so a window
+        // taken over maps every rank.
+        if let Some(window) = own.take_over(&requests) {
+            self.clock.mark_reused();
+            return Ok(Exchanged {
+                span: window.span,
+                layout: window.layout,
+                mapped: vec![true; requests.len()],
+                requests,
+                seq,
+                reused: true,
+                cacheable: true,
+            });
+        }
+        let handle = match handle {
+            Some(handle) => handle,
+            None => own.export()?,
+        };
+        let gathered = Gathered {
+            seq,
+            keys,
+            requests,
+            peers,
+        };
+        self.map_fresh(own, handle, gathered)
+    }
+}

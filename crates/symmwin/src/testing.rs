@@ -1,0 +1,14 @@
+//! The internals the integration tests forge requests and exchange messages with
+//! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`).
+//! Not part of the API: hidden from the documentation, with no stability promise.
+
+pub use crate::exchange::wire::{Message, Payload, FABRIC_LEN, FD_LEN};
+pub use crate::exchange::{Endpoint, PeerAddress, Round};
+pub use crate::protocol::PROTOCOL_VERSION;
+pub use crate::rendezvous::locality::{DirIdentity, Locality};
+pub use crate::rendezvous::request::{validate, Request};
+
+/// The process-wide cache of released windows, for tests that count mappings.
+pub mod window_cache {
+    pub use crate::window_cache::{counts, flush};
+}
