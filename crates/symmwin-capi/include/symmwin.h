@@ -10,16 +10,6 @@
 #include <stdlib.h>
 
 /**
- * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from us to the peer.
- */
-#define SYMMWIN_SEND 0
-
-/**
- * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from the peer to us.
- */
-#define SYMMWIN_RECV 1
-
-/**
  * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
  */
 #define SYMMWIN_A2A_FLAT 0
@@ -53,6 +43,16 @@
  * Tile element type: bfloat16.
  */
 #define SYMMWIN_ELEM_BF16 3
+
+/**
+ * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from us to the peer.
+ */
+#define SYMMWIN_SEND 0
+
+/**
+ * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from the peer to us.
+ */
+#define SYMMWIN_RECV 1
 
 /**
  * Result of every call.
@@ -241,6 +241,48 @@ typedef struct {
 } SymmwinWindowInfo;
 
 /**
+ * One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
+ * its signal pad when `in_pads` is non-zero).
+ */
+typedef struct {
+  /**
+   * A window from `symmwin_rendezvous`.
+   */
+  const SymmwinWindow *window;
+  /**
+   * Byte offset inside the slot (`data_ptr - buffer_ptrs[rank]`).
+   */
+  size_t offset;
+  /**
+   * Bytes of this rank's operand.
+   */
+  size_t len;
+  /**
+   * Non-zero: the operand lies in the window's signal pads.
+   */
+  int in_pads;
+} SymmwinOperand;
+
+/**
+ * Per-call options of an op.
+ */
+typedef struct {
+  /**
+   * 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
+   * 3: copy engine.
+   */
+  int engine;
+  /**
+   * Wait limit in milliseconds; 0 uses the configured timeout.
+   */
+  uint64_t timeout_ms;
+  /**
+   * CUDA stream (ignored for host memory).
+   */
+  void *stream;
+} SymmwinOpOptions;
+
+/**
  * One flag message of a signal operation (the callee owns the 4-byte buffers).
  */
 typedef struct {
@@ -342,48 +384,6 @@ typedef struct {
    */
   void (*release)(void *ctx);
 } SymmwinRemote;
-
-/**
- * One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
- * its signal pad when `in_pads` is non-zero).
- */
-typedef struct {
-  /**
-   * A window from `symmwin_rendezvous`.
-   */
-  const SymmwinWindow *window;
-  /**
-   * Byte offset inside the slot (`data_ptr - buffer_ptrs[rank]`).
-   */
-  size_t offset;
-  /**
-   * Bytes of this rank's operand.
-   */
-  size_t len;
-  /**
-   * Non-zero: the operand lies in the window's signal pads.
-   */
-  int in_pads;
-} SymmwinOperand;
-
-/**
- * Per-call options of an op.
- */
-typedef struct {
-  /**
-   * 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
-   * 3: copy engine.
-   */
-  int engine;
-  /**
-   * Wait limit in milliseconds; 0 uses the configured timeout.
-   */
-  uint64_t timeout_ms;
-  /**
-   * CUDA stream (ignored for host memory).
-   */
-  void *stream;
-} SymmwinOpOptions;
 
 #ifdef __cplusplus
 extern "C" {
@@ -555,18 +555,6 @@ SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
 size_t symmwin_allocation_count(void);
 
 /**
- * Reach the peers that windows of group `name` on `device` cannot map through
- * `remote` (the group's process group). Takes ownership of `remote` in every case.
- */
-SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemote remote);
-
-/**
- * Write 1 into `out[r]` for every rank `r` whose memory the window maps, else 0
- * (`len` must be at least the world size). Returns `SYMMWIN_OK`.
- */
-SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
-
-/**
  * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
  */
 SymmwinStatus symmwin_op_all_to_all(SymmwinOperand input,
@@ -669,6 +657,18 @@ SymmwinStatus symmwin_window_existing(void *ptr,
                                       int device,
                                       SymmwinWindow **out,
                                       size_t *offset);
+
+/**
+ * Reach the peers that windows of group `name` on `device` cannot map through
+ * `remote` (the group's process group). Takes ownership of `remote` in every case.
+ */
+SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemote remote);
+
+/**
+ * Write 1 into `out[r]` for every rank `r` whose memory the window maps, else 0
+ * (`len` must be at least the world size). Returns `SYMMWIN_OK`.
+ */
+SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"
