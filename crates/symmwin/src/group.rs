@@ -9,7 +9,7 @@ use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
 use crate::provider::Provider;
 use crate::rendezvous::locality::Locality;
-use crate::signal::pool::PadPools;
+use crate::signal::pad_pool::PadPools;
 use crate::signal::remote::RemotePeers;
 use crate::store::{Namespace, Store};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, StreamHandle};
+use crate::provider::{PadLayout, StreamHandle};
 
 use super::Engine;
 
@@ -169,7 +169,7 @@ pub struct OpContext {
     /// Number of ranks.
     pub world: usize,
     /// Signal pads the op synchronizes on (those of its first operand's window).
-    pub pads: PadView,
+    pub pads: PadLayout,
     /// The pad channel reserved for ops (the last channel of the pad, see
     /// [`super::ops_channel`]), so an op never consumes a signal meant for a user's
     /// `put_signal` / `wait_signal` / `barrier` on the low channels.

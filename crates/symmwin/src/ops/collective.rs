@@ -56,8 +56,7 @@ impl Operand<'_> {
     fn symm(&self, what: &str) -> Result<SymmBuf> {
         let (layout, size) = if self.in_pads {
             let pads = self.window.pads()?;
-            let layout = crate::layout::FlatLayout::new(pads.base, pads.stride, pads.world)?;
-            (layout, pads.len)
+            (pads.slots(), pads.len())
         } else {
             (self.window.layout(), self.window.size())
         };

@@ -16,7 +16,7 @@ use crate::exchange::{PeerAddress, Round};
 use crate::group::{Group, GroupShared, GroupState};
 use crate::layout::FlatLayout;
 use crate::provider::{Memory, SharedHandle, Span};
-use crate::signal::pool::{self, PoolWindow};
+use crate::signal::pad_pool::{self, PoolWindow};
 use crate::store;
 use crate::token::Token;
 use crate::window::Window;
@@ -171,15 +171,15 @@ impl Group {
         requests: &[Request],
         pad_size: usize,
         times: &mut PhaseTimes,
-    ) -> Result<crate::signal::pool::PadLease> {
+    ) -> Result<crate::signal::pad_pool::PadLease> {
         let shared = &self.shared;
         let bitmaps: Vec<&[u64]> = requests.iter().map(|r| r.pad_free.as_slice()).collect();
-        let slot = match pool::common_free_slot(&bitmaps) {
+        let slot = match pad_pool::common_free_slot(&bitmaps) {
             Some(slot) => slot,
             None => {
                 let pools = requests[0].pad_pools;
                 let granularity = shared.provider.info().granularity;
-                let bytes = pool::pool_bytes(pad_size, granularity)?;
+                let bytes = pad_pool::pool_bytes(pad_size, granularity)?;
                 let memory = shared.provider.create(bytes)?;
                 let ask = PadAsk {
                     pad_size: 0,
@@ -195,7 +195,7 @@ impl Group {
                         layout: pool_window.layout,
                     },
                 );
-                pools * pool::slots_per_pool(bytes, pad_size)
+                pools * pad_pool::slots_per_pool(bytes, pad_size)
             }
         };
         shared.pads.take(pad_size, slot).ok_or_else(|| {

@@ -67,8 +67,8 @@ impl CudaOps {
     fn base_params(&self, ctx: &OpContext, op: OpId) -> Result<OpsParams> {
         check_context(ctx)?;
         let mut p = self.params_for(op, ctx.rank as u32, ctx.timeout)?;
-        p.pad_base = ctx.pads.base as u64;
-        p.pad_stride = ctx.pads.stride as u64;
+        p.pad_base = ctx.pads.base() as u64;
+        p.pad_stride = ctx.pads.stride() as u64;
         p.world = ctx.world as u32;
         Ok(p)
     }
@@ -150,13 +150,16 @@ fn check_context(ctx: &OpContext) -> Result<()> {
             ctx.rank, ctx.world
         )));
     }
-    if pads.world != ctx.world || pads.rank != ctx.rank {
+    if pads.world() != ctx.world || pads.rank() != ctx.rank {
         return Err(Error::invalid(format!(
             "signal pads of rank {} / world {} used for rank {} / world {}",
-            pads.rank, pads.world, ctx.rank, ctx.world
+            pads.rank(),
+            pads.world(),
+            ctx.rank,
+            ctx.world
         )));
     }
-    if pads.base == 0 || pads.base % 4 != 0 || pads.stride % 4 != 0 {
+    if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
         return Err(Error::invalid("signal pads are not 4-byte aligned"));
     }
     // The last slot of the highest channel fits, so every slot an op uses does.
