@@ -24,6 +24,7 @@ mod driver;
 mod map_batch;
 mod ops;
 mod probe;
+mod signal_params;
 mod signals;
 mod timeout_record;
 #[cfg(test)]

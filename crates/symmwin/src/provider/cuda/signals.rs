@@ -16,6 +16,7 @@ use cudarc::driver::sys;
 
 use super::driver::{self, DriverError, PhaseExt};
 use super::probe::PrimaryContext;
+use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{PadLayout, Signals, StreamHandle};
@@ -144,22 +145,32 @@ impl CudaSignals {
         }
     }
 
-    /// Launches the kernel of `op` with `params`; the hot path allocates and formats
-    /// nothing.
+    /// Launches the kernel of `op` on the checked pads `args` with `peer` (0 for the
+    /// barrier); the hot path allocates and formats nothing.
     #[inline]
-    fn launch(
-        &self,
-        op: WaitOp,
-        block: u32,
-        stream: StreamHandle,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
+    fn launch(&self, op: WaitOp, block: u32, launch: Launch) -> Result<()> {
+        let Launch {
+            args,
+            peer,
+            timeout,
+            stream,
+        } = launch;
+        let mut params = SignalParams {
+            pad_base: args.base,
+            pad_stride: args.stride,
+            world: args.world,
+            peer,
+            channel: args.channel,
+            _reserved: 0,
+            wait: self.wait_report(op, args.rank, timeout)?,
+        };
         let kernels = self.kernels()?;
         kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
-        // SAFETY: `params` matches the kernel's parameter list (built by the callers
-        // below from the signature in signal.cu); the function belongs to a module of
-        // this context, which is current; the pad addresses were bounds-checked, and the
+        let mut argv = [(&mut params as *mut SignalParams).cast::<c_void>()];
+        // SAFETY: every signal kernel takes one `SignalParams` by value, whose layout
+        // signal_params.rs mirrors (and tests); the function belongs to a module of this
+        // context, which is current; the pad addresses were bounds-checked, and the
         // timeout record lives as long as the module. The stream is the caller's, on this
         // device (0 is the legacy default stream).
         unsafe {
@@ -168,7 +179,7 @@ impl CudaSignals {
                 1,
                 block,
                 stream as sys::CUstream,
-                params,
+                &mut argv,
             )
         }
         .phase(Phase::Signal)
@@ -198,20 +209,18 @@ impl Signals for CudaSignals {
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()> {
-        let mut args = PadArgs::check(pads, channel)?;
+        let args = PadArgs::check(pads, channel)?;
         if pads.world() == 1 {
             return self.check_errors();
         }
-        let mut report = self.wait_report(WaitOp::Barrier, args.rank, timeout)?;
         let block = args.world.div_ceil(32) * 32;
-        let mut params = [
-            arg(&mut args.base),
-            arg(&mut args.stride),
-            arg(&mut args.world),
-            arg(&mut args.channel),
-            arg(&mut report),
-        ];
-        self.launch(WaitOp::Barrier, block, stream, &mut params)
+        let launch = Launch {
+            args,
+            peer: 0,
+            timeout,
+            stream,
+        };
+        self.launch(WaitOp::Barrier, block, launch)
     }
 
     fn put(
@@ -261,23 +270,22 @@ impl CudaSignals {
         stream: StreamHandle,
         op: WaitOp,
     ) -> Result<()> {
-        let mut args = PadArgs::check(pads, channel)?;
-        let mut peer = check_peer(pads, peer)?;
-        let mut report = self.wait_report(op, args.rank, timeout)?;
-        let mut params = [
-            arg(&mut args.base),
-            arg(&mut args.stride),
-            arg(&mut args.world),
-            arg(&mut peer),
-            arg(&mut args.channel),
-            arg(&mut report),
-        ];
-        self.launch(op, 1, stream, &mut params)
+        let launch = Launch {
+            args: PadArgs::check(pads, channel)?,
+            peer: check_peer(pads, peer)?,
+            timeout,
+            stream,
+        };
+        self.launch(op, 1, launch)
     }
 }
 
-fn arg<T>(value: &mut T) -> *mut c_void {
-    (value as *mut T).cast()
+/// What one signal kernel launch acts on.
+struct Launch {
+    args: PadArgs,
+    peer: u32,
+    timeout: Duration,
+    stream: StreamHandle,
 }
 
 fn duration_ns(d: Duration) -> u64 {
