@@ -20,6 +20,7 @@ use super::{
 use crate::config::HandlePreference;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
+mod context;
 mod driver;
 mod map_batch;
 mod ops;
@@ -30,16 +31,14 @@ mod timeout_record;
 #[cfg(test)]
 mod timeout_tests;
 
+use context::PrimaryContext;
 use driver::PhaseExt;
-use probe::PrimaryContext;
 
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
 };
-pub use probe::{
-    device_count, peer_access, probe_device, report_table, DeviceReport, HandleSupport,
-};
+pub use probe::{device_count, peer_access, probe_device, DeviceReport, HandleSupport};
 pub use signals::{kernels_built, CudaSignals, DEFAULT_OP_TIMEOUT, MAX_WORLD};
 pub use timeout_record::check_context;
 

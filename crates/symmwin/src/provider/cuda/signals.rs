@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::driver::{self, DriverError, PhaseExt};
-use super::probe::PrimaryContext;
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
-use super::probe::PrimaryContext;
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
 use crate::ops::{DeviceOps, OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
