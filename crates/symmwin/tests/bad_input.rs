@@ -866,13 +866,12 @@ fn fake_request_with(
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut config = c.config.clone();
     config.timeout = Duration::from_millis(300);
-    let g0 = Group::new(
+    let g0 = common::group(
         GroupSpec::new("fake", 0, 2),
         store.clone(),
-        c.provider.clone(),
+        &c.provider,
         &config,
-    )
-    .unwrap();
+    );
     std::thread::scope(|s| {
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");
@@ -966,13 +965,12 @@ fn garbage_then_valid(c: &Ctx) -> String {
         }
     }
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let g0 = Group::new(
+    let g0 = common::group(
         GroupSpec::new("fake", 0, 2),
         store.clone(),
-        c.provider.clone(),
+        &c.provider,
         &c.config,
-    )
-    .unwrap();
+    );
     let result = std::thread::scope(|s| {
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");
