@@ -50,6 +50,25 @@ impl SymmBuf {
     }
 }
 
+/// A local wait for a `u64` signal word (`wait_for_signal`): until the word at this
+/// process's address `word` equals `value`. `rank` is the waiting rank and `peer` the
+/// expected sender, both named in a timeout; the wait is ordered on `stream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalWait {
+    /// Address of the word in this process.
+    pub word: usize,
+    /// The value that ends the wait.
+    pub value: u64,
+    /// The waiting rank (a world rank: the word belongs to no group here).
+    pub rank: usize,
+    /// The expected sender.
+    pub peer: usize,
+    /// How long to wait.
+    pub timeout: Duration,
+    /// The stream the wait is ordered on (device providers).
+    pub stream: StreamHandle,
+}
+
 /// Row geometry of the all-to-all-v family: splits and offsets count rows of dim 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rows {

@@ -8,7 +8,7 @@ use crate::provider::{Provider, StreamHandle};
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
-use super::args::{OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
 use super::{ops_channel, Engine};
 
@@ -411,11 +411,16 @@ pub unsafe fn wait_for_signal_at(
         .at_rank(rank));
     }
     // SAFETY: a propagation of the caller's assertion.
-    unsafe {
-        provider
-            .ops()
-            .wait_for_signal(word, value, rank, peer, timeout, stream)
-    }
+    let wait = SignalWait {
+        word,
+        value,
+        rank,
+        peer,
+        timeout,
+        stream,
+    };
+    // SAFETY: as above.
+    unsafe { provider.ops().wait_for_signal(&wait) }
 }
 
 /// Copy `len` bytes from this process's address `src` into `peer`'s `dst`, then signal

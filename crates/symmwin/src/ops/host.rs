@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::host::HostSignals;
-use crate::provider::{Signals, StreamHandle};
+use crate::provider::Signals;
 
-use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
 use super::elem;
 use super::plan::{in_table_len, plan, Plan, Shape};
@@ -284,15 +284,15 @@ impl DeviceOps for HostOps {
         Ok(())
     }
 
-    unsafe fn wait_for_signal(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        _stream: StreamHandle,
-    ) -> Result<()> {
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        let SignalWait {
+            word,
+            value,
+            rank,
+            peer,
+            timeout,
+            ..
+        } = *wait;
         // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
         let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
         let deadline = Instant::now() + timeout;

@@ -21,7 +21,7 @@ mod engine;
 pub mod host;
 pub mod plan;
 
-pub use args::{ElemType, OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};

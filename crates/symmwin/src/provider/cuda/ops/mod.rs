@@ -18,7 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use crate::ops::{DeviceOps, OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use crate::provider::StreamHandle;
 
 mod collective;
@@ -233,16 +233,8 @@ impl DeviceOps for CudaOps {
         self.set_value(ctx, sig, value, peer)
     }
 
-    unsafe fn wait_for_signal(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.wait_value(word, value, rank, peer, timeout, stream)
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        self.wait_value(wait)
     }
 
     unsafe fn put_signal(
