@@ -59,13 +59,18 @@ class RankOutcome:
     output: str
 
 
+# What a world runs on and how long it may take, unless a test says otherwise.
+DEFAULT_DEVICE = "cpu"
+DEFAULT_TIMEOUT = 90.0
+
+
 def run_ranks(
     world: int,
     scenario: str,
     *,
-    device: str = "cpu",
+    device: str = DEFAULT_DEVICE,
     args: dict | None = None,
-    timeout: float = 90.0,
+    timeout: float = DEFAULT_TIMEOUT,
     env: dict[str, str] | None = None,
     hosts: list[str] | None = None,
     namespaces: bool = False,
@@ -135,26 +140,22 @@ def run_world(
     world: int,
     scenario: str,
     *,
-    device: str = "cpu",
-    args: dict | None = None,
-    timeout: float = 90.0,
-    env: dict[str, str] | None = None,
     killed: tuple[int, ...] = (),
-    hosts: list[str] | None = None,
-    namespaces: bool = False,
     may_die: tuple[int, ...] = (),
+    **launch,
 ) -> list:
     """Run `scenarios.<scenario>(ctx)` on ranks 0..world-1; return each rank's value.
 
-    `device` is "cpu" (backend SYMMWIN_HOST) or "cuda" (backend SYMMWIN, one GPU per
-    rank); `scenario`, `hosts` and `namespaces` as for `run_ranks`. Raises WorldFailed
-    with every rank's error and output if any rank raised, exited non-zero or ran past
-    `timeout`. Ranks in `killed` must die of SIGKILL; ranks in `may_die` may end
-    without a result (the value of either is None).
+    `launch` takes the keywords of `run_ranks` (device, args, timeout, env, hosts,
+    namespaces), with its defaults; `device` is "cpu" (backend SYMMWIN_HOST) or "cuda"
+    (backend SYMMWIN, one GPU per rank). Raises WorldFailed with every rank's error and
+    output if any rank raised, exited non-zero or ran past `timeout`. Ranks in `killed`
+    must die of SIGKILL; ranks in `may_die` may end without a result (the value of
+    either is None).
     """
-    outcomes, timed_out = run_ranks(
-        world, scenario, device=device, args=args, timeout=timeout, env=env, hosts=hosts, namespaces=namespaces
-    )
+    outcomes, timed_out = run_ranks(world, scenario, **launch)
+    device = launch.get("device", DEFAULT_DEVICE)
+    timeout = launch.get("timeout", DEFAULT_TIMEOUT)
     values, problems = [], []
     for o in outcomes:
         if o.rank in killed:

@@ -95,13 +95,7 @@ def store_host_stopped(ctx):
         return {"first": first}
     time.sleep(0.3)  # rank 0 is stopped by now
     t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
-    start = time.monotonic()
-    try:
-        symm_mem.rendezvous(t, dist.group.WORLD)
-        error = None
-    except RuntimeError as e:
-        error = str(e)
-    waited = time.monotonic() - start
+    error, waited = _timed_rendezvous(t)
     os.kill(pids[0], signal.SIGCONT)
     return {"first": first, "error": error, "waited": waited}
 
@@ -117,10 +111,17 @@ def store_host_killed(ctx):
     time.sleep(0.5)  # rank 0 is gone by now
     t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
     ctx.keep.append(t)
+    error, waited = _timed_rendezvous(t)
+    return {"first": first, "error": error, "waited": waited}
+
+
+def _timed_rendezvous(t):
+    """Rendezvous `t` on the world group; return the error it raised (None when it
+    succeeded) and how long it took."""
     start = time.monotonic()
     try:
         symm_mem.rendezvous(t, dist.group.WORLD)
         error = None
     except RuntimeError as e:
         error = str(e)
-    return {"first": first, "error": error, "waited": time.monotonic() - start}
+    return error, time.monotonic() - start

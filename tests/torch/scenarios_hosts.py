@@ -22,6 +22,17 @@ def _local(ctx) -> list[int]:
     return [r for r in range(ctx.world) if hosts[r] == hosts[ctx.rank]]
 
 
+def _pointer_pattern_ok(ctx, hdl, local) -> bool:
+    """Ranks of this host sit at base + r*stride with a signal pad; every other rank's
+    buffer and pad pointers are 0."""
+    base, stride = symmwin.flat_layout(hdl)
+    ptrs, pads = hdl.buffer_ptrs, hdl.signal_pad_ptrs
+    return all(
+        (ptrs[r] == base + r * stride and pads[r] != 0) if r in local else (ptrs[r] == 0 and pads[r] == 0)
+        for r in range(ctx.world)
+    )
+
+
 def spanning(ctx):
     """Pointer pattern, direct peers, data through a local peer, barriers and a ring of
     signals that cross every host, then teardown in a rank-dependent order."""
@@ -30,12 +41,7 @@ def spanning(ctx):
     t = symm_mem.empty(n, dtype=torch.float32, device=ctx.device)
     t.fill_(ctx.rank + 1)
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
-    base, stride = symmwin.flat_layout(hdl)
-    ptrs, pads = hdl.buffer_ptrs, hdl.signal_pad_ptrs
-    pattern_ok = all(
-        (ptrs[r] == base + r * stride and pads[r] != 0) if r in local else (ptrs[r] == 0 and pads[r] == 0)
-        for r in range(ctx.world)
-    )
+    pattern_ok = _pointer_pattern_ok(ctx, hdl, local)
     remote = [r for r in range(ctx.world) if r not in local]
     errors = {
         "get_buffer": _raises(hdl.get_buffer, remote[0], (n,), torch.float32),
@@ -131,12 +137,7 @@ def gpu_spanning(ctx):
     t = symm_mem.empty(n, device=ctx.device)
     t.fill_(ctx.rank + 1)
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
-    base, stride = symmwin.flat_layout(hdl)
-    ptrs, pads = hdl.buffer_ptrs, hdl.signal_pad_ptrs
-    pattern_ok = all(
-        (ptrs[r] == base + r * stride and pads[r] != 0) if r in local else (ptrs[r] == 0 and pads[r] == 0)
-        for r in range(ctx.world)
-    )
+    pattern_ok = _pointer_pattern_ok(ctx, hdl, local)
     remote = [r for r in range(ctx.world) if r not in local]
     ops = torch.ops.symm_mem
     out = torch.empty(n // ctx.world, device=ctx.device)

@@ -96,12 +96,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         .join(",");
     let pass_stderr = symmwin::logging::requested();
     if !json {
-        println!(
-            "symmwin bench rendezvous: provider {}, {} per size after one warm-up",
-            resolved.describe(),
-            plural(iters, "repeat")
-        );
-        print_header();
+        print_title(&resolved, iters);
     }
     let mut rows = Vec::new();
     for &w in &world {
@@ -138,19 +133,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
             eprintln!("world {w}: {wrong} windows were not zero-filled or lost a peer's write");
             return Ok(ExitCode::from(crate::failure::EXIT_FAILED));
         }
-        for (i, &size) in sizes.iter().enumerate() {
-            // Every rank's samples together: the latency a job sees is any rank's.
-            let samples: Vec<&Value> = outcomes
-                .iter()
-                .filter_map(|o| o.result.as_ref())
-                .flat_map(|r| {
-                    r["data"]["rows"][i]["samples"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                })
-                .collect();
-            let row = summarise(w, size, &samples);
+        for row in size_rows(w, &sizes, &outcomes) {
             if !json {
                 print_row(&row);
             }
@@ -171,16 +154,53 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::run(e.to_string()))?;
         println!("{text}");
     } else {
-        println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases;");
-        if fresh {
-            println!(
-                " --fresh: every window stays alive until its size is done, so each is new memory)"
-            );
-        } else {
-            println!(" every repeat frees its window, so from the second on a size is re-allocated: reused = samples that took a freed window over whole)");
-        }
+        print_footer(fresh);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One summary row per size of world `w`, over every rank's samples together: the
+/// latency a job sees is any rank's.
+fn size_rows(w: usize, sizes: &[usize], outcomes: &[crate::launch::RankOutcome]) -> Vec<Value> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let samples: Vec<&Value> = outcomes
+                .iter()
+                .filter_map(|o| o.result.as_ref())
+                .flat_map(|r| {
+                    r["data"]["rows"][i]["samples"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                })
+                .collect();
+            summarise(w, size, &samples)
+        })
+        .collect()
+}
+
+/// The table's title line and column header.
+fn print_title(resolved: &crate::setup::Resolved, iters: usize) {
+    println!(
+        "symmwin bench rendezvous: provider {}, {} per size after one warm-up",
+        resolved.describe(),
+        plural(iters, "repeat")
+    );
+    print_header();
+}
+
+/// What the table's numbers mean.
+fn print_footer(fresh: bool) {
+    println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases;");
+    if fresh {
+        println!(
+            " --fresh: every window stays alive until its size is done, so each is new memory)"
+        );
+    } else {
+        println!(" every repeat frees its window, so from the second on a size is re-allocated: reused = samples that took a freed window over whole)");
+    }
 }
 
 /// Windows the workers found not zero-filled or missing a peer's write (checked

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use symmwin::provider::cuda::{DeviceReport, HandleSupport};
+
 pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
     if json {
         println!("{}", symmwin::probe::machine_json());
@@ -16,7 +18,7 @@ pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
         println!("CUDA: {e}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}", symmwin::provider::cuda::report_table(&report.devices));
+    println!("{}", report_table(&report.devices));
     println!("peer access (row can access column):");
     let header: String = (0..report.peer_access.len())
         .map(|b| format!("{b:>5}"))
@@ -30,4 +32,85 @@ pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
         println!("{a:>4} {cells}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A human-readable table of `devices`, one row per device, for `symmwin probe`.
+fn report_table(devices: &[DeviceReport]) -> String {
+    use std::fmt::Write;
+    let support = |h: &HandleSupport| match (&h.works, &h.error) {
+        (true, _) => "yes".to_owned(),
+        (false, Some(e)) => format!("no ({e})"),
+        (false, None) => "no".to_owned(),
+    };
+    let mut out = String::new();
+    if devices.is_empty() {
+        out.push_str("no CUDA devices");
+        return out;
+    }
+    for d in devices {
+        let _ = writeln!(
+            out,
+            "cuda:{} {} (sm_{}{}, {}, driver {}.{})",
+            d.ordinal,
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            crate::human_size(d.total_memory),
+            d.driver_version / 1000,
+            d.driver_version % 1000 / 10,
+        );
+        if !d.vmm_supported {
+            let _ = writeln!(out, "  VMM: not supported");
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  granularity: {} minimum, {} recommended",
+            crate::human_size(d.granularity_min),
+            crate::human_size(d.granularity_recommended)
+        );
+        let _ = writeln!(out, "  fabric handles: {}", support(&d.fabric));
+        let _ = writeln!(out, "  POSIX fd handles: {}", support(&d.posix_fd));
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_failures_by_name() {
+        let report = DeviceReport {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            total_memory: 150_754_820_096,
+            vmm_supported: true,
+            fabric: HandleSupport {
+                works: false,
+                error: Some("cuMemCreate: CUDA_ERROR_NOT_PERMITTED".into()),
+            },
+            posix_fd: HandleSupport {
+                works: true,
+                error: None,
+            },
+            granularity_min: 2 << 20,
+            granularity_recommended: 2 << 20,
+            driver_version: 13000,
+        };
+        let table = report_table(&[report]);
+        assert!(
+            table.contains("cuda:0 NVIDIA H200 (sm_90, 140.4 GiB, driver 13.0)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("granularity: 2 MiB minimum, 2 MiB recommended"),
+            "{table}"
+        );
+        assert!(table.contains("fabric handles: no (cuMemCreate: CUDA_ERROR_NOT_PERMITTED)"));
+        assert!(table.contains("POSIX fd handles: yes"));
+        assert_eq!(report_table(&[]), "no CUDA devices");
+    }
 }

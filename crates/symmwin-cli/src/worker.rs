@@ -148,6 +148,39 @@ fn pattern(src: usize, dst: usize, iter: usize, len: usize) -> Vec<u8> {
     out
 }
 
+/// The bytes wrong in the chunk `rank` received from `src` in round `iter`, and a line
+/// saying what they look like; None when every byte is right.
+fn check_chunk(received: &[u8], src: usize, rank: usize, iter: usize) -> Option<(usize, String)> {
+    let chunk = received.len();
+    let expected = pattern(src, rank, iter, chunk);
+    let bad = received
+        .iter()
+        .zip(&expected)
+        .filter(|(a, b)| a != b)
+        .count();
+    if bad == 0 {
+        return None;
+    }
+    let first = received
+        .iter()
+        .zip(&expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(0);
+    let stale = iter > 0 && received == pattern(src, rank, iter - 1, chunk);
+    let zeros = received.iter().all(|&b| b == 0);
+    let what = if zeros {
+        " (all zero: never arrived)"
+    } else if stale {
+        " (previous round's data)"
+    } else {
+        ""
+    };
+    Some((
+        bad,
+        format!("iter {iter} from rank {src}: {bad} bytes wrong, first at {first}{what}"),
+    ))
+}
+
 /// All-to-all: each rank's slot is `[send: world chunks | recv: world chunks]`; rank r
 /// copies send chunk p into rank p's recv chunk r, then every byte is checked.
 fn demo(
@@ -190,31 +223,9 @@ fn demo(
         push_s.push(start.elapsed().as_secs_f64());
         for src in 0..world {
             window.read(rank, recv_base + src * chunk, &mut received)?;
-            let expected = pattern(src, rank, iter, chunk);
-            let bad = received
-                .iter()
-                .zip(&expected)
-                .filter(|(a, b)| a != b)
-                .count();
-            if bad > 0 {
+            if let Some((bad, failure)) = check_chunk(&received, src, rank, iter) {
                 mismatched_bytes += bad;
-                let first = received
-                    .iter()
-                    .zip(&expected)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(0);
-                let stale = iter > 0 && received == pattern(src, rank, iter - 1, chunk);
-                let zeros = received.iter().all(|&b| b == 0);
-                failures.push(format!(
-                    "iter {iter} from rank {src}: {bad} bytes wrong, first at {first}{}",
-                    if zeros {
-                        " (all zero: never arrived)"
-                    } else if stale {
-                        " (previous round's data)"
-                    } else {
-                        ""
-                    }
-                ));
+                failures.push(failure);
             }
         }
         progress(iter + 1, iters);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "ops_params.cuh"  // includes wait.cuh
+#include "pads.cuh"
 
 namespace {
 
@@ -48,9 +49,7 @@ __device__ __forceinline__ char* operand_at(const Operand& o, uint32_t rank) {
 
 __device__ __forceinline__ uint32_t* pad_slot(const OpsParams& p, uint32_t owner,
                                                uint32_t channel, uint32_t src) {
-  const uint64_t index = static_cast<uint64_t>(channel) * p.world + src;
-  return reinterpret_cast<uint32_t*>(p.pad_base + static_cast<uint64_t>(owner) * p.pad_stride +
-                                     index * sizeof(uint32_t));
+  return symmwin::pad_word(p.pad_base, p.pad_stride, owner, p.world, channel, src);
 }
 
 // ---------------------------------------------------------------------------------

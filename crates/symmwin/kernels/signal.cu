@@ -5,8 +5,9 @@
 // `channel * world + src` (uint32); put is a system-scope CAS 0 -> 1 with release
 // semantics, wait a CAS 1 -> 0 with acquire semantics. Pads are zero at rest.
 //
-// Peer pads are addressed arithmetically: rank r's pad is at `base + r * stride`.
-// Addresses travel as 64-bit integers so the host side passes plain u64s.
+// Peer pads are addressed arithmetically (pads.cuh): rank r's pad is at
+// `base + r * stride`. The kernels take one argument, SignalParams (signal_params.cuh),
+// whose layout the host mirrors and tests.
 //
 // A wait that outlives its timeout (measured with %globaltimer) records who waited for
 // whom in host-mapped memory, prints one line and traps (wait.cuh): the stream's next
@@ -20,16 +21,15 @@
 
 #include <stdint.h>
 
+#include "pads.cuh"
+#include "signal_params.cuh"
 #include "wait.cuh"
 
 namespace {
 
-__device__ __forceinline__ uint32_t* pad_slot(uint64_t base, uint64_t stride,
-                                               uint32_t owner, uint32_t world,
+__device__ __forceinline__ uint32_t* pad_slot(const SignalParams& p, uint32_t owner,
                                                uint32_t channel, uint32_t src) {
-  const uint64_t index = static_cast<uint64_t>(channel) * world + src;
-  return reinterpret_cast<uint32_t*>(base + static_cast<uint64_t>(owner) * stride +
-                                     index * sizeof(uint32_t));
+  return symmwin::pad_word(p.pad_base, p.pad_stride, owner, p.world, channel, src);
 }
 
 }  // namespace
@@ -37,47 +37,38 @@ __device__ __forceinline__ uint32_t* pad_slot(uint64_t base, uint64_t stride,
 // One block; thread t < world (t != rank) signals peer t, then waits for peer t.
 // A peer that does not answer in time is collected in `late`; the last thread to finish
 // reports every late peer in one record and traps.
-extern "C" __global__ void symmwin_barrier(uint64_t base, uint64_t stride, uint32_t world,
-                                           uint32_t channel, symmwin::WaitReport report) {
+extern "C" __global__ void symmwin_barrier(const SignalParams p) {
   __shared__ symmwin::BlockTimeouts late;
   const uint32_t peer = threadIdx.x;
-  const uint32_t rank = report.rank;
+  const uint32_t rank = p.wait.rank;
   if (peer == 0) {
-    late.init(world - 1);
+    late.init(p.world - 1);
   }
   __syncthreads();
-  if (peer >= world || peer == rank) {
+  if (peer >= p.world || peer == rank) {
     return;
   }
-  uint64_t waited =
-      symmwin::timed_put(pad_slot(base, stride, peer, world, channel, rank), report.timeout_ns);
+  uint64_t waited = symmwin::timed_put(pad_slot(p, peer, p.channel, rank), p.wait.timeout_ns);
   if (waited == 0) {
-    waited = symmwin::timed_wait(pad_slot(base, stride, rank, world, channel, peer),
-                                 report.timeout_ns);
+    waited = symmwin::timed_wait(pad_slot(p, rank, p.channel, peer), p.wait.timeout_ns);
   }
-  late.finish(report, channel, peer, waited);
+  late.finish(p.wait, p.channel, peer, waited);
   // Later work on the stream starts only after every thread has finished, so each
   // thread's acquire covers it; no block-wide sync is needed.
 }
 
-// One thread: signal `dst` on `channel`.
-extern "C" __global__ void symmwin_put_signal(uint64_t base, uint64_t stride, uint32_t world,
-                                              uint32_t dst, uint32_t channel,
-                                              symmwin::WaitReport report) {
+// One thread: signal `p.peer` on `p.channel`.
+extern "C" __global__ void symmwin_put_signal(const SignalParams p) {
   if (threadIdx.x != 0) {
     return;
   }
-  symmwin::put_or_trap(report, pad_slot(base, stride, dst, world, channel, report.rank), dst,
-                       channel);
+  symmwin::put_or_trap(p.wait, pad_slot(p, p.peer, p.channel, p.wait.rank), p.peer, p.channel);
 }
 
-// One thread: wait for `src`'s signal on `channel`.
-extern "C" __global__ void symmwin_wait_signal(uint64_t base, uint64_t stride, uint32_t world,
-                                               uint32_t src, uint32_t channel,
-                                               symmwin::WaitReport report) {
+// One thread: wait for `p.peer`'s signal on `p.channel`.
+extern "C" __global__ void symmwin_wait_signal(const SignalParams p) {
   if (threadIdx.x != 0) {
     return;
   }
-  symmwin::wait_or_trap(report, pad_slot(base, stride, report.rank, world, channel, src), src,
-                        channel);
+  symmwin::wait_or_trap(p.wait, pad_slot(p, p.wait.rank, p.channel, p.peer), p.peer, p.channel);
 }

@@ -9,7 +9,7 @@ use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
 use crate::provider::Provider;
 use crate::rendezvous::locality::Locality;
-use crate::signal::pool::PadPools;
+use crate::signal::pad_pool::PadPools;
 use crate::signal::remote::RemotePeers;
 use crate::store::{Namespace, Store};
 
@@ -40,6 +40,44 @@ impl GroupSpec {
             world,
             global_ranks: Vec::new(),
         }
+    }
+
+    /// Check the spec names a rank of a valid group; the global rank of every group
+    /// rank (0..world when none were given).
+    fn checked_global_ranks(&self) -> Result<Vec<i32>> {
+        if self.world > MAX_WORLD {
+            return Err(Error::invalid(format!(
+                "world size {} is larger than symmwin supports ({MAX_WORLD})",
+                self.world
+            )));
+        }
+        if self.world == 0 || self.rank >= self.world {
+            return Err(Error::invalid(format!(
+                "rank {} is not in a group of {} ranks",
+                self.rank, self.world
+            )));
+        }
+        if self.name.is_empty() {
+            return Err(Error::invalid("group name is empty"));
+        }
+        let global_ranks: Vec<i32> = if self.global_ranks.is_empty() {
+            // MAX_WORLD < i32::MAX, so every rank converts.
+            (0..self.world)
+                .filter_map(|r| i32::try_from(r).ok())
+                .collect()
+        } else if self.global_ranks.len() == self.world {
+            if let Some(bad) = self.global_ranks.iter().find(|&&g| g < 0) {
+                return Err(Error::invalid(format!("global rank {bad} is negative")));
+            }
+            self.global_ranks.clone()
+        } else {
+            return Err(Error::invalid(format!(
+                "{} global ranks given for a group of {}",
+                self.global_ranks.len(),
+                self.world
+            )));
+        };
+        Ok(global_ranks)
     }
 }
 
@@ -127,38 +165,7 @@ impl Group {
         provider: Arc<dyn Provider>,
         config: &Config,
     ) -> Result<Self> {
-        if spec.world > MAX_WORLD {
-            return Err(Error::invalid(format!(
-                "world size {} is larger than symmwin supports ({MAX_WORLD})",
-                spec.world
-            )));
-        }
-        if spec.world == 0 || spec.rank >= spec.world {
-            return Err(Error::invalid(format!(
-                "rank {} is not in a group of {} ranks",
-                spec.rank, spec.world
-            )));
-        }
-        if spec.name.is_empty() {
-            return Err(Error::invalid("group name is empty"));
-        }
-        let global_ranks = if spec.global_ranks.is_empty() {
-            // MAX_WORLD < i32::MAX, so every rank converts.
-            (0..spec.world)
-                .filter_map(|r| i32::try_from(r).ok())
-                .collect()
-        } else if spec.global_ranks.len() == spec.world {
-            if let Some(bad) = spec.global_ranks.iter().find(|&&g| g < 0) {
-                return Err(Error::invalid(format!("global rank {bad} is negative")));
-            }
-            spec.global_ranks
-        } else {
-            return Err(Error::invalid(format!(
-                "{} global ranks given for a group of {}",
-                spec.global_ranks.len(),
-                spec.world
-            )));
-        };
+        let global_ranks = spec.checked_global_ranks()?;
         let id = crate::token::stable_id(&spec.name);
         let endpoint = Endpoint::bind(&config.socket_dir, id).map_err(|e| e.at_rank(spec.rank))?;
         let host = rustix::system::uname()

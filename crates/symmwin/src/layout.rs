@@ -1,6 +1,10 @@
 //! The flat-window layout: rank `r`'s slot starts at `base + r * stride`.
 //!
-//! All address arithmetic of the crate lives here so it can be tested exhaustively.
+//! All address arithmetic of the crate lives here so it can be tested exhaustively:
+//! slots of a window ([`FlatLayout`]) and the signal-pad words inside them
+//! ([`PadLayout`]).
+
+use std::ops::Range;
 
 use crate::error::{Error, Result};
 
@@ -58,6 +62,7 @@ impl FlatLayout {
                 self.world
             )));
         }
+        // `new` checked that the whole span fits the address space.
         Ok(self.base + rank * self.stride)
     }
 
@@ -66,6 +71,31 @@ impl FlatLayout {
         (0..self.world)
             .map(|r| self.base + r * self.stride)
             .collect()
+    }
+
+    /// Addresses of `len` bytes at byte `offset` of `rank`'s slot, checked to stay
+    /// inside that slot.
+    pub fn slot_range(&self, rank: usize, offset: usize, len: usize) -> Result<Range<usize>> {
+        let start = self.slot(rank)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.stride => Ok(start + offset..start + end),
+            _ => Err(Error::invalid(format!(
+                "{len} bytes at offset {offset} overrun a slot of {} bytes",
+                self.stride
+            ))),
+        }
+    }
+
+    /// The layout of the sub-slots that start `offset` bytes into every slot (a pad
+    /// inside a pool window's slots); `offset` must lie inside a slot.
+    pub fn at_offset(&self, offset: usize) -> Result<FlatLayout> {
+        if offset >= self.stride.max(1) {
+            return Err(Error::invalid(format!(
+                "offset {offset} lies outside a slot of {} bytes",
+                self.stride
+            )));
+        }
+        FlatLayout::new(self.base + offset, self.stride, self.world)
     }
 
     /// Inverse of [`FlatLayout::slot`] for any address inside the span: `(rank, offset)`.
@@ -89,6 +119,125 @@ impl FlatLayout {
             .all(|(r, &p)| Some(p) == stride.checked_mul(r).and_then(|o| o.checked_add(base)))
             .then_some((base, stride))
     }
+}
+
+/// Where a window's signal pads are, seen from one rank: rank `r`'s pad is `len`
+/// bytes at the start of slot `r` of a [`FlatLayout`], holding one `u32` word per
+/// (`channel`, `src`) at index `channel * world + src` (torch's protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PadLayout {
+    slots: FlatLayout,
+    len: usize,
+    rank: usize,
+}
+
+/// Bytes of one pad word.
+const WORD: usize = std::mem::size_of::<u32>();
+
+impl PadLayout {
+    /// Pads of `len` bytes at the start of every slot of `slots`, seen from `rank`;
+    /// the last rank's pad must fit the address space.
+    pub fn new(slots: FlatLayout, len: usize, rank: usize) -> Result<Self> {
+        (slots.world - 1)
+            .checked_mul(slots.stride)
+            .and_then(|last| last.checked_add(slots.base))
+            .and_then(|last| last.checked_add(len))
+            .ok_or_else(|| pad_error("signal pads overflow the address space".into()))?;
+        Ok(PadLayout { slots, len, rank })
+    }
+
+    /// Pads of `len` bytes, rank `r`'s at `base + r * stride`, seen from `rank`.
+    pub fn from_parts(
+        base: usize,
+        stride: usize,
+        len: usize,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self> {
+        Self::new(FlatLayout::new(base, stride, world)?, len, rank)
+    }
+
+    /// Address of rank 0's pad.
+    pub fn base(&self) -> usize {
+        self.slots.base
+    }
+
+    /// Distance between ranks' pads.
+    pub fn stride(&self) -> usize {
+        self.slots.stride
+    }
+
+    /// Pad length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when a pad holds no word at all.
+    pub fn is_empty(&self) -> bool {
+        self.len < WORD
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.slots.world
+    }
+
+    /// Channels a pad holds at this world size (one word per source rank each).
+    pub fn channels(&self) -> usize {
+        self.len / WORD / self.world()
+    }
+
+    /// Where every rank's pad starts, as a flat layout of `stride()`-byte slots.
+    pub fn slots(&self) -> FlatLayout {
+        self.slots
+    }
+
+    /// Byte offset inside a pad of the word for (`channel`, `src`), checked to fit.
+    pub fn slot_offset(&self, channel: usize, src: usize) -> Result<usize> {
+        let world = self.world();
+        channel
+            .checked_mul(world)
+            .and_then(|i| i.checked_add(src))
+            .and_then(|i| i.checked_mul(WORD))
+            .filter(|&offset| src < world && offset + WORD <= self.len)
+            .ok_or_else(|| {
+                pad_error(format!(
+                    "channel {channel} does not fit a signal pad of {} bytes at world size {world}",
+                    self.len
+                ))
+            })
+    }
+
+    /// Address of the word for (`channel`, `src`) in `owner`'s pad, checked to fit.
+    pub fn word(&self, owner: usize, channel: usize, src: usize) -> Result<usize> {
+        self.check_peer(owner)?;
+        let offset = self.slot_offset(channel, src)?;
+        // `new` checked that every rank's whole pad fits the address space.
+        Ok(self.slots.base + owner * self.slots.stride + offset)
+    }
+
+    /// Check that `peer` is a rank of this layout.
+    pub fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer < self.world() {
+            return Ok(());
+        }
+        Err(pad_error(format!(
+            "rank {peer} out of range for world size {}",
+            self.world()
+        )))
+    }
+}
+
+fn pad_error(what: String) -> Error {
+    Error::new(
+        crate::Phase::Signal,
+        crate::ErrorKind::InvalidArgument(what),
+    )
 }
 
 #[cfg(test)]
@@ -136,5 +285,72 @@ mod tests {
         assert!(FlatLayout::new(0, usize::MAX / 2, 3).is_err());
         assert!(FlatLayout::new(usize::MAX - 10, 4096, 1).is_err());
         assert!(FlatLayout::new(0, 4096, 0).is_err());
+    }
+
+    #[test]
+    fn slot_ranges_stay_inside_their_slot() {
+        for world in 1..=5 {
+            let l = FlatLayout::new(1 << 30, 256, world).unwrap();
+            for r in 0..world {
+                let s = l.slot(r).unwrap();
+                assert_eq!(l.slot_range(r, 0, 256).unwrap(), s..s + 256);
+                assert_eq!(l.slot_range(r, 16, 8).unwrap(), s + 16..s + 24);
+                assert_eq!(l.slot_range(r, 256, 0).unwrap(), s + 256..s + 256);
+                assert!(l.slot_range(r, 250, 7).is_err());
+                assert!(l.slot_range(r, 257, 0).is_err());
+                assert!(l.slot_range(r, usize::MAX, 2).is_err());
+                for at in [0, 1, 255] {
+                    let sub = l.at_offset(at).unwrap();
+                    assert_eq!(sub.slot(r).unwrap(), s + at);
+                    assert_eq!((sub.stride, sub.world), (256, world));
+                }
+            }
+            assert!(l.slot_range(world, 0, 1).is_err());
+            assert!(l.at_offset(256).is_err());
+        }
+        let single = FlatLayout::new(64, 0, 1).unwrap();
+        assert_eq!(single.at_offset(0).unwrap(), single);
+        assert!(single.at_offset(1).is_err());
+    }
+
+    #[test]
+    fn every_pad_word_is_where_torch_puts_it() {
+        for world in 1..=6 {
+            let slots = FlatLayout::new(1 << 32, 1 << 12, world).unwrap();
+            let channels = 3;
+            let pads = PadLayout::new(slots, channels * world * 4, world - 1).unwrap();
+            assert_eq!(pads.channels(), channels);
+            assert_eq!(pads.slots(), slots);
+            assert_eq!((pads.base(), pads.stride()), (1 << 32, 1 << 12));
+            for owner in 0..world {
+                for channel in 0..channels {
+                    for src in 0..world {
+                        let index = channel * world + src;
+                        let word = pads.word(owner, channel, src).unwrap();
+                        assert_eq!(word, slots.slot(owner).unwrap() + 4 * index);
+                        assert_eq!(slots.locate(word), Some((owner, 4 * index)));
+                        assert_eq!(pads.slot_offset(channel, src).unwrap(), 4 * index);
+                    }
+                    assert!(pads.slot_offset(channel, world).is_err());
+                }
+                assert!(pads.word(owner, channels, 0).is_err());
+            }
+            assert!(pads.word(world, 0, 0).is_err());
+            assert!(pads.check_peer(world).is_err());
+            assert!(pads.check_peer(world - 1).is_ok());
+        }
+    }
+
+    #[test]
+    fn pad_errors_are_signal_arguments() {
+        let pads = PadLayout::new(FlatLayout::new(4096, 4096, 2).unwrap(), 8, 0).unwrap();
+        assert!(!pads.is_empty());
+        let err = pads.slot_offset(1, 0).unwrap_err();
+        assert_eq!(err.phase, crate::Phase::Signal);
+        assert!(matches!(err.kind, crate::ErrorKind::InvalidArgument(_)));
+        assert!(pads.slot_offset(usize::MAX, 1).is_err());
+        let end = FlatLayout::new(usize::MAX - 8192, 4096, 2).unwrap();
+        assert!(PadLayout::new(end, 4096, 0).is_ok());
+        assert!(PadLayout::new(end, 4097 + 4096, 0).is_err());
     }
 }

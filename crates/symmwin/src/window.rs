@@ -7,8 +7,8 @@ use crate::allocation::Allocation;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, ProviderInfo, ProviderKind, Signals, Span, Table};
-use crate::signal::pool::PadLease;
+use crate::provider::{PadLayout, ProviderInfo, ProviderKind, Signals, Span, Table};
+use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
 use crate::window_cache::WindowSpan;
@@ -192,13 +192,9 @@ impl Window {
     /// Addresses of every rank's signal pad (0 for ranks not mapped); empty when
     /// the window has none.
     pub fn pad_ptrs(&self) -> Vec<usize> {
-        match &self.inner.pad {
-            Some(pad) => self.only_mapped(
-                (0..self.world())
-                    .map(|r| pad.base() + r * pad.stride())
-                    .collect(),
-            ),
-            None => Vec::new(),
+        match self.pads() {
+            Ok(pads) => self.only_mapped(pads.slots().slots()),
+            Err(_) => Vec::new(),
         }
     }
 
@@ -270,18 +266,12 @@ impl Window {
     }
 
     /// The window's signal pads (an error when it has none).
-    pub(crate) fn pads(&self) -> Result<PadView> {
+    pub(crate) fn pads(&self) -> Result<PadLayout> {
         let pad =
             self.inner.pad.as_ref().ok_or_else(|| {
                 Error::invalid("this window has no signal pads").at_rank(self.rank())
             })?;
-        Ok(PadView {
-            base: pad.base(),
-            stride: pad.stride(),
-            len: pad.pad_size(),
-            rank: self.rank(),
-            world: self.world(),
-        })
+        pad.layout(self.rank()).map_err(|e| e.at_rank(self.rank()))
     }
 
     /// The limit of a signal operation or op given `timeout` (None: the configured
@@ -298,7 +288,7 @@ impl Window {
     fn signal_op(
         &self,
         timeout: Option<Duration>,
-        op: impl FnOnce(&dyn Signals, &PadView, Duration) -> Result<()>,
+        op: impl FnOnce(&dyn Signals, &PadLayout, Duration) -> Result<()>,
     ) -> Result<()> {
         let pads = self.pads()?;
         op(
@@ -395,34 +385,24 @@ impl Window {
 
     /// Zero `len` bytes of this rank's slot at `offset` (complete on return).
     pub fn zero_own(&self, offset: usize, len: usize) -> Result<()> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.inner.layout.stride)
-        {
-            return Err(Error::invalid("range overruns this rank's slot").at_rank(self.rank()));
-        }
+        let layout = &self.inner.layout;
+        let range = layout
+            .slot_range(self.rank(), offset, len)
+            .map_err(|_| Error::invalid("range overruns this rank's slot").at_rank(self.rank()))?;
         let span = self
             .inner
             .span
             .as_ref()
             .ok_or_else(|| Error::invalid("window is being torn down").at_rank(self.rank()))?;
-        span.zero(self.rank() * self.inner.layout.stride + offset, len)
+        // The layout starts at the span's base (rank 0's slot is the span's first byte).
+        span.zero(range.start - layout.base, len)
     }
 
     /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address.
     fn slot_range(&self, rank: usize, offset: usize, len: usize) -> Result<usize> {
-        let start = self.ptr(rank)?;
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.inner.layout.stride)
-        {
-            return Err(Error::invalid(format!(
-                "{len} bytes at offset {offset} overrun a slot of {} bytes",
-                self.inner.layout.stride
-            ))
-            .at_rank(self.rank()));
-        }
-        Ok(start + offset)
+        self.ptr(rank)?;
+        let range = self.inner.layout.slot_range(rank, offset, len);
+        range.map(|r| r.start).map_err(|e| e.at_rank(self.rank()))
     }
 
     /// Copy host bytes into `rank`'s slot at `offset` (complete on return).

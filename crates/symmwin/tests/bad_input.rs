@@ -71,6 +71,19 @@ struct Ctx {
     pair: Pair,
 }
 
+impl Ctx {
+    /// Join `spec` alone, on a fresh memory store, with this context's provider and
+    /// `config` (the case's own or the context's).
+    fn join_alone(&self, spec: GroupSpec, config: &Config) -> symmwin::Result<Group> {
+        Group::new(
+            spec,
+            Arc::new(MemoryStore::new()),
+            self.provider.clone(),
+            config,
+        )
+    }
+}
+
 struct Pair {
     allocs: [Allocation; 2],
     windows: [Window; 2],
@@ -273,38 +286,17 @@ const CASES: &[Case] = &[
     // --- group membership
     (
         "rank >= world",
-        |c| {
-            err(Group::new(
-                GroupSpec::new("g", 2, 2),
-                Arc::new(MemoryStore::new()),
-                c.provider.clone(),
-                &c.config,
-            ))
-        },
+        |c| err(c.join_alone(GroupSpec::new("g", 2, 2), &c.config)),
         &["rank 2 is not in a group of 2 ranks"],
     ),
     (
         "world 0",
-        |c| {
-            err(Group::new(
-                GroupSpec::new("g", 0, 0),
-                Arc::new(MemoryStore::new()),
-                c.provider.clone(),
-                &c.config,
-            ))
-        },
+        |c| err(c.join_alone(GroupSpec::new("g", 0, 0), &c.config)),
         &["rank 0 is not in a group of 0 ranks"],
     ),
     (
         "empty group name",
-        |c| {
-            err(Group::new(
-                GroupSpec::new("", 0, 1),
-                Arc::new(MemoryStore::new()),
-                c.provider.clone(),
-                &c.config,
-            ))
-        },
+        |c| err(c.join_alone(GroupSpec::new("", 0, 1), &c.config)),
         &["group name is empty"],
     ),
     (
@@ -312,12 +304,7 @@ const CASES: &[Case] = &[
         |c| {
             let mut spec = GroupSpec::new("g", 0, 2);
             spec.global_ranks = vec![0, 1, 2];
-            err(Group::new(
-                spec,
-                Arc::new(MemoryStore::new()),
-                c.provider.clone(),
-                &c.config,
-            ))
+            err(c.join_alone(spec, &c.config))
         },
         &["3 global ranks given for a group of 2"],
     ),
@@ -840,12 +827,7 @@ fn socket_dir_case(c: &Ctx, prepare: impl FnOnce(PathBuf) -> PathBuf) -> String 
     let dir = prepare(fresh);
     let mut config = c.config.clone();
     config.socket_dir = dir;
-    err(Group::new(
-        GroupSpec::new("dirs", 0, 1),
-        Arc::new(MemoryStore::new()),
-        c.provider.clone(),
-        &config,
-    ))
+    err(c.join_alone(GroupSpec::new("dirs", 0, 1), &config))
 }
 
 // ------------------------------------------------------------------ the fake rank 1
@@ -866,13 +848,12 @@ fn fake_request_with(
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut config = c.config.clone();
     config.timeout = Duration::from_millis(300);
-    let g0 = Group::new(
+    let g0 = common::group(
         GroupSpec::new("fake", 0, 2),
         store.clone(),
-        c.provider.clone(),
+        &c.provider,
         &config,
-    )
-    .unwrap();
+    );
     std::thread::scope(|s| {
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");
@@ -966,13 +947,12 @@ fn garbage_then_valid(c: &Ctx) -> String {
         }
     }
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let g0 = Group::new(
+    let g0 = common::group(
         GroupSpec::new("fake", 0, 2),
         store.clone(),
-        c.provider.clone(),
+        &c.provider,
         &c.config,
-    )
-    .unwrap();
+    );
     let result = std::thread::scope(|s| {
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");

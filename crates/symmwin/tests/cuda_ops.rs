@@ -38,13 +38,12 @@ fn join_cuda(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
     let provider: Arc<dyn Provider> =
         Arc::new(CudaProvider::new(device as i32, HandlePreference::Auto).unwrap());
     let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("cuda-ops", rank, world),
         store,
-        provider.clone(),
+        &provider,
         &Config::from_env().unwrap(),
-    )
-    .unwrap();
+    );
     (group, provider)
 }
 

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{assert_all_success, entries, field, result, Job, Ranks, DEFAULT_LIMIT};
 use symmwin::SignalOptions;
 use symmwin::{
-    Allocation, Config, Error, ErrorKind, FileStore, Group, GroupSpec, HostProvider, Provider,
-    Store,
+    Allocation, Config, Error, ErrorKind, FileStore, GroupSpec, HostProvider, Provider, Store,
 };
 
 const WORLD: usize = 4;
@@ -165,13 +164,12 @@ fn fault(rank: usize, world: usize) -> String {
     } else {
         Arc::new(files)
     };
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("test", rank, world),
         store,
-        provider.clone(),
+        &provider,
         &Config::from_env().unwrap(),
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 1 << 20).unwrap();
     let started = Instant::now();
     let window = match group.rendezvous(&alloc) {

@@ -21,7 +21,7 @@ use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
 use symmwin::testing::{Endpoint, Round};
 use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
 use symmwin::token::{stable_id, Token};
-use symmwin::{Allocation, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store};
+use symmwin::{Allocation, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
 /// The runner every target uses: case count from `PROPTEST_CASES`, a fixed seed
 /// unless `PROPTEST_RNG_SEED` is set, nothing written to disk.
@@ -435,13 +435,12 @@ fn junk_rendezvous(
 ) -> Result<(), TestCaseError> {
     let fds_before = common::open_fds();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("fuzz", 0, 2),
         store.clone(),
-        provider.clone(),
+        provider,
         config,
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let marker = junk.len() as u8 ^ 0xa5;
     let (got, sent) = std::thread::scope(|s| {

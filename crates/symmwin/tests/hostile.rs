@@ -246,13 +246,12 @@ fn the_timeout_holds_while_a_store_call_blocks() {
         delay: Duration::from_secs(5),
     });
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("stuck", 0, 2),
         store,
-        provider.clone(),
+        &provider,
         &config(&job.dir, timeout),
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 4096).unwrap();
     let start = Instant::now();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
@@ -355,13 +354,12 @@ fn fd_limit(rank: usize, world: usize) -> String {
     } else {
         Arc::new(file)
     };
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("fdlimit", rank, world),
         store,
-        provider.clone(),
+        &provider,
         &Config::from_env().unwrap(),
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 4096).unwrap();
     match group.rendezvous_with_pads(&alloc, 0) {
         Ok(_) => "ok=1".into(),

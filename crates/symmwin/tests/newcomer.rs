@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use symmwin::store::Namespace;
 use symmwin::{
-    Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store,
+    Allocation, Config, FileStore, GroupSpec, HostProvider, MemoryStore, Provider, Store,
 };
 
 #[test]
@@ -100,13 +100,7 @@ fn a_request_left_by_a_dead_run_names_its_pid_and_the_store() {
         socket_dir: job.sockets(),
         ..Config::default()
     };
-    let group = Group::new(
-        GroupSpec::new("test", 0, 2),
-        store,
-        provider.clone(),
-        &config,
-    )
-    .unwrap();
+    let group = common::group(GroupSpec::new("test", 0, 2), store, &provider, &config);
     let alloc = Allocation::new(provider, 4096).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
     let expected = format!(
@@ -171,13 +165,12 @@ fn a_subgroup_timeout_names_the_group_and_global_ranks() {
         world: 2,
         global_ranks: vec![1, 2],
     };
-    let group = Group::new(
+    let group = common::group(
         spec,
         Arc::new(MemoryStore::new()),
-        provider.clone(),
+        &provider,
         &config("sub", 200),
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 4096).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
     assert!(
@@ -195,13 +188,12 @@ fn a_subgroup_timeout_names_the_group_and_global_ranks() {
 #[test]
 fn a_world_group_timeout_stays_short_and_rounds_its_duration() {
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("w", 0, 2),
         Arc::new(MemoryStore::new()),
-        provider.clone(),
+        &provider,
         &config("world", 1000),
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 4096).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err().to_string();
     assert_eq!(

@@ -16,7 +16,7 @@ use symmwin::testing::Request;
 use symmwin::testing::{Message, Payload, FABRIC_LEN};
 use symmwin::token::stable_id;
 use symmwin::SignalOptions;
-use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Store};
+use symmwin::{Allocation, Config, FileStore, GroupSpec, HostProvider, Provider, Store};
 
 #[test]
 #[ignore = "worker process entry point, started by the other tests"]
@@ -105,13 +105,12 @@ fn logged(rank: usize, world: usize) -> String {
         inner: FileStore::new(std::env::var("STORE").unwrap()).unwrap(),
         requests: Mutex::default(),
     });
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("logged", rank, world),
         store.clone(),
-        provider.clone(),
+        &provider,
         &Config::from_env().unwrap(),
-    )
-    .unwrap();
+    );
     let show = |what: &str, text: String| eprintln!("{what}: {text}");
 
     // 1. A successful rendezvous (window and pad pool: two exchanges).
@@ -265,13 +264,12 @@ fn sockets_are_0600_in_a_0700_directory_and_the_store_is_0700() {
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
     let mut config = Config::from_env().unwrap();
     config.socket_dir = sockets.clone();
-    let group = Group::new(
+    let group = common::group(
         GroupSpec::new("modes", 0, 1),
         store.clone(),
-        provider.clone(),
+        &provider,
         &config,
-    )
-    .unwrap();
+    );
     let alloc = Allocation::new(provider, 4096).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
     assert_eq!(mode(&sockets), 0o700, "socket directory");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
-use crate::provider::{PadView, StreamHandle};
+use crate::provider::{PadLayout, StreamHandle};
 
 use super::Engine;
 
@@ -48,6 +48,25 @@ impl SymmBuf {
             ))),
         }
     }
+}
+
+/// A local wait for a `u64` signal word (`wait_for_signal`): until the word at this
+/// process's address `word` equals `value`. `rank` is the waiting rank and `peer` the
+/// expected sender, both named in a timeout; the wait is ordered on `stream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalWait {
+    /// Address of the word in this process.
+    pub word: usize,
+    /// The value that ends the wait.
+    pub value: u64,
+    /// The waiting rank (a world rank: the word belongs to no group here).
+    pub rank: usize,
+    /// The expected sender.
+    pub peer: usize,
+    /// How long to wait.
+    pub timeout: Duration,
+    /// The stream the wait is ordered on (device providers).
+    pub stream: StreamHandle,
 }
 
 /// Row geometry of the all-to-all-v family: splits and offsets count rows of dim 0.
@@ -169,7 +188,7 @@ pub struct OpContext {
     /// Number of ranks.
     pub world: usize,
     /// Signal pads the op synchronizes on (those of its first operand's window).
-    pub pads: PadView,
+    pub pads: PadLayout,
     /// The pad channel reserved for ops (the last channel of the pad, see
     /// [`super::ops_channel`]), so an op never consumes a signal meant for a user's
     /// `put_signal` / `wait_signal` / `barrier` on the low channels.

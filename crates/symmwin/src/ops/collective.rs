@@ -8,7 +8,7 @@ use crate::provider::{Provider, StreamHandle};
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
-use super::args::{OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
 use super::{ops_channel, Engine};
 
@@ -56,8 +56,7 @@ impl Operand<'_> {
     fn symm(&self, what: &str) -> Result<SymmBuf> {
         let (layout, size) = if self.in_pads {
             let pads = self.window.pads()?;
-            let layout = crate::layout::FlatLayout::new(pads.base, pads.stride, pads.world)?;
-            (layout, pads.len)
+            (pads.slots(), pads.len())
         } else {
             (self.window.layout(), self.window.size())
         };
@@ -412,11 +411,16 @@ pub unsafe fn wait_for_signal_at(
         .at_rank(rank));
     }
     // SAFETY: a propagation of the caller's assertion.
-    unsafe {
-        provider
-            .ops()
-            .wait_for_signal(word, value, rank, peer, timeout, stream)
-    }
+    let wait = SignalWait {
+        word,
+        value,
+        rank,
+        peer,
+        timeout,
+        stream,
+    };
+    // SAFETY: as above.
+    unsafe { provider.ops().wait_for_signal(&wait) }
 }
 
 /// Copy `len` bytes from this process's address `src` into `peer`'s `dst`, then signal

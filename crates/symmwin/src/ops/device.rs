@@ -16,12 +16,9 @@
 //! and reports which peer, how many rows and how much room, when it returns (host)
 //! or at the next [`DeviceOps::check_errors`] / synchronization (device).
 
-use std::time::Duration;
-
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::StreamHandle;
 
-use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 
 /// The ops of one provider, over flat-layout addresses.
 ///
@@ -121,25 +118,15 @@ pub trait DeviceOps: Send + Sync {
         peer: usize,
     ) -> Result<()>;
 
-    /// Wait until the `u64` at this process's address `word` equals `value`
+    /// Wait until the `u64` at this process's address `wait.word` equals `wait.value`
     /// (acquire), then reset it to zero so a pad is zero at rest and the same value can
-    /// be sent again. A local wait: `word` need not be in a window this rank knows
-    /// (torch passes a view of a signal pad). `rank` is the waiting rank (a world
-    /// rank: `word` belongs to no group here) and `peer` the expected sender, both
-    /// named in the timeout error.
+    /// be sent again. A local wait: the word need not be in a window this rank knows
+    /// (torch passes a view of a signal pad).
     ///
     /// # Safety
-    /// `word` is an 8-byte aligned, live `u64` of this provider's memory, accessed
+    /// `wait.word` is an 8-byte aligned, live `u64` of this provider's memory, accessed
     /// only atomically while the op runs.
-    unsafe fn wait_for_signal(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()>;
 
     /// One-sided: copy `len` bytes from this process's address `src` (any memory of
     /// this provider, not necessarily symmetric) into `peer`'s `dst`, then signal
@@ -236,15 +223,7 @@ impl DeviceOps for UnsupportedOps {
         self.refuse("put_with_signal")
     }
 
-    unsafe fn wait_for_signal(
-        &self,
-        _: usize,
-        _: u64,
-        _: usize,
-        _: usize,
-        _: Duration,
-        _: StreamHandle,
-    ) -> Result<()> {
+    unsafe fn wait_for_signal(&self, _: &SignalWait) -> Result<()> {
         self.refuse("wait_for_signal")
     }
 

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::host::HostSignals;
-use crate::provider::{Signals, StreamHandle};
+use crate::provider::Signals;
 
-use super::args::{OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
 use super::elem;
 use super::plan::{in_table_len, plan, Plan, Shape};
@@ -184,14 +184,16 @@ fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
     true
 }
 
-/// The 64-bit signal word of `rank`'s `sig`.
-fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&'static AtomicU64> {
+/// The 64-bit signal word of `rank`'s `sig` (often in a signal pad), borrowed no
+/// longer than `sig`, that is, one op.
+fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&AtomicU64> {
     let addr = sig.range(rank, 0, 8)?;
     if addr % 8 != 0 {
         return Err(Error::invalid("sigpad is not 8-byte aligned"));
     }
     // SAFETY: 8 bytes at an 8-byte aligned address inside a mapped slot (checked
-    // above) that outlives the op; every access to signal words is atomic.
+    // above) that outlives the op, and so the borrow of `sig`; every access to signal
+    // words is atomic.
     Ok(unsafe { AtomicU64::from_ptr(addr as *mut u64) })
 }
 
@@ -284,15 +286,15 @@ impl DeviceOps for HostOps {
         Ok(())
     }
 
-    unsafe fn wait_for_signal(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        _stream: StreamHandle,
-    ) -> Result<()> {
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        let SignalWait {
+            word,
+            value,
+            rank,
+            peer,
+            timeout,
+            ..
+        } = *wait;
         // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
         let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
         let deadline = Instant::now() + timeout;

@@ -21,23 +21,22 @@ mod engine;
 pub mod host;
 pub mod plan;
 
-pub use args::{ElemType, OpContext, ReduceOp, Rows, SymmBuf, Tile, VarArgs};
+pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
 
 use crate::error::{Error, Result};
-use crate::provider::PadView;
+use crate::provider::PadLayout;
 
 /// The pad channel collective ops synchronize on: the last one a pad holds at this
 /// world size, far from the low channels users and torch's kernels signal on.
-pub fn ops_channel(pads: &PadView) -> Result<usize> {
-    let slots = pads.len / 4;
-    let channels = slots / pads.world.max(1);
-    channels.checked_sub(1).ok_or_else(|| {
+pub fn ops_channel(pads: &PadLayout) -> Result<usize> {
+    pads.channels().checked_sub(1).ok_or_else(|| {
         Error::invalid(format!(
             "a signal pad of {} bytes holds no channel at world size {}",
-            pads.len, pads.world
+            pads.len(),
+            pads.world()
         ))
     })
 }

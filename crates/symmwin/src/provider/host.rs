@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
+use super::mapped::MappedRanges;
 use super::{
-    downcast, HandleType, Memory, PadView, Provider, ProviderInfo, ProviderKind, SharedHandle,
+    downcast, HandleType, Memory, PadLayout, Provider, ProviderInfo, ProviderKind, SharedHandle,
     Signals, Span, StreamHandle, Table,
 };
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -140,6 +141,7 @@ impl Provider for HostProvider {
         Ok(Box::new(HostSpan {
             base: base as usize,
             len,
+            mapped: MappedRanges::default(),
         }))
     }
 
@@ -192,6 +194,8 @@ fn check_granular(size: usize, phase: Phase) -> Result<()> {
 pub struct HostSpan {
     base: usize,
     len: usize,
+    /// Each region mapped over the reservation; the rest is PROT_NONE.
+    mapped: MappedRanges,
 }
 
 impl Span for HostSpan {
@@ -227,12 +231,20 @@ impl Span for HostSpan {
             )
         }
         .map_err(|e| crate::limits::mmap_error(Phase::Map, "mmap(MAP_FIXED)", e))?;
+        self.mapped.insert(offset, memory.len);
         Ok(())
     }
 
     fn zero(&self, offset: usize, len: usize) -> Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(Error::invalid("zero range overruns the span"));
+        }
+        // Writing a PROT_NONE page of the reservation would be a SIGSEGV.
+        if !self.mapped.covers(offset, len) {
+            return Err(Error::invalid(format!(
+                "zero range {offset}..{} is not fully mapped",
+                offset + len
+            )));
         }
         let page = page_size();
         if offset % page == 0 && len % page == 0 && len > 0 {
@@ -252,7 +264,7 @@ impl Span for HostSpan {
                 return Ok(());
             }
         }
-        // SAFETY: the range is inside the span and the caller maps it before zeroing.
+        // SAFETY: the range is inside the span and mapped read/write (checked above).
         unsafe { std::ptr::write_bytes((self.base + offset) as *mut u8, 0, len) };
         Ok(())
     }
@@ -281,17 +293,14 @@ impl Table for HostTable {
 #[derive(Debug, Default)]
 pub struct HostSignals;
 
-fn pad_word(
-    pads: &PadView,
-    owner: usize,
-    channel: usize,
-    src: usize,
-) -> Result<&'static AtomicU32> {
-    let offset = pads.slot_offset(channel, src)?;
-    let addr = pads.base + owner * pads.stride + offset;
-    // SAFETY: the address lies inside a mapped pad (bounds checked above) that lives
-    // as long as the window calling us; u32 slots are 4-byte aligned; all access to
-    // pads goes through atomics.
+/// The word for (`channel`, `src`) in `owner`'s pad, borrowed no longer than `pads`
+/// (one signal call, during which the window calling us keeps its pads mapped).
+fn pad_word(pads: &PadLayout, owner: usize, channel: usize, src: usize) -> Result<&AtomicU32> {
+    let addr = pads.word(owner, channel, src)?;
+    // SAFETY: the address lies inside a mapped pad (bounds checked by `word`) that
+    // lives as long as the window calling us, which outlives this call and so the
+    // borrow of `pads`; u32 words are 4-byte aligned; all access to pads goes through
+    // atomics.
     Ok(unsafe { AtomicU32::from_ptr(addr as *mut u32) })
 }
 
@@ -335,20 +344,20 @@ fn timed_out(peer: usize, timeout: Duration) -> Error {
 impl Signals for HostSignals {
     fn barrier(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         channel: usize,
         timeout: Duration,
         _stream: StreamHandle,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        for peer in (0..pads.world).filter(|&p| p != pads.rank) {
-            let word = pad_word(pads, peer, channel, pads.rank)?;
+        for peer in (0..pads.world()).filter(|&p| p != pads.rank()) {
+            let word = pad_word(pads, peer, channel, pads.rank())?;
             if !spin_until(word, 0, 1, Ordering::Release, deadline) {
                 return Err(timed_out(peer, timeout));
             }
         }
-        for peer in (0..pads.world).filter(|&p| p != pads.rank) {
-            let word = pad_word(pads, pads.rank, channel, peer)?;
+        for peer in (0..pads.world()).filter(|&p| p != pads.rank()) {
+            let word = pad_word(pads, pads.rank(), channel, peer)?;
             if !spin_until(word, 1, 0, Ordering::Acquire, deadline) {
                 return Err(timed_out(peer, timeout));
             }
@@ -358,14 +367,14 @@ impl Signals for HostSignals {
 
     fn put(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         dst: usize,
         channel: usize,
         timeout: Duration,
         _stream: StreamHandle,
     ) -> Result<()> {
         pads.check_peer(dst)?;
-        let word = pad_word(pads, dst, channel, pads.rank)?;
+        let word = pad_word(pads, dst, channel, pads.rank())?;
         if spin_until(word, 0, 1, Ordering::Release, Instant::now() + timeout) {
             Ok(())
         } else {
@@ -375,14 +384,14 @@ impl Signals for HostSignals {
 
     fn wait(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         src: usize,
         channel: usize,
         timeout: Duration,
         _stream: StreamHandle,
     ) -> Result<()> {
         pads.check_peer(src)?;
-        let word = pad_word(pads, pads.rank, channel, src)?;
+        let word = pad_word(pads, pads.rank(), channel, src)?;
         if spin_until(word, 1, 0, Ordering::Acquire, Instant::now() + timeout) {
             Ok(())
         } else {

@@ -15,6 +15,7 @@ use crate::error::Result;
 
 pub mod cuda;
 pub mod host;
+mod mapped;
 
 /// Which provider a window lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -139,54 +140,7 @@ pub trait Table: Send + Sync + fmt::Debug {
 /// The CUDA stream a device-side signal operation is ordered on (0: legacy default).
 pub type StreamHandle = usize;
 
-/// Where a window's signal pads are: rank `r`'s pad is at `base + r * stride`.
-#[derive(Debug, Clone, Copy)]
-pub struct PadView {
-    /// Address of rank 0's pad.
-    pub base: usize,
-    /// Distance between ranks' pads.
-    pub stride: usize,
-    /// Pad length in bytes.
-    pub len: usize,
-    /// This process's rank.
-    pub rank: usize,
-    /// Number of ranks.
-    pub world: usize,
-}
-
-impl PadView {
-    /// Byte offset inside a pad of the slot for (`channel`, `src`), checked to fit.
-    pub fn slot_offset(&self, channel: usize, src: usize) -> Result<usize> {
-        channel
-            .checked_mul(self.world)
-            .and_then(|i| i.checked_add(src))
-            .and_then(|i| i.checked_mul(4))
-            .filter(|&offset| src < self.world && offset + 4 <= self.len)
-            .ok_or_else(|| {
-                crate::Error::new(
-                    crate::Phase::Signal,
-                    crate::ErrorKind::InvalidArgument(format!(
-                        "channel {channel} does not fit a signal pad of {} bytes at world size {}",
-                        self.len, self.world
-                    )),
-                )
-            })
-    }
-
-    /// Check that `peer` is a rank of this view.
-    pub fn check_peer(&self, peer: usize) -> Result<()> {
-        if peer < self.world {
-            return Ok(());
-        }
-        Err(crate::Error::new(
-            crate::Phase::Signal,
-            crate::ErrorKind::InvalidArgument(format!(
-                "rank {peer} out of range for world size {}",
-                self.world
-            )),
-        ))
-    }
-}
+pub use crate::layout::PadLayout;
 
 /// Barrier and point-to-point signals over signal pads, with torch's protocol:
 /// the slot for (`channel`, `src`) in the receiver's pad is `channel * world + src`;
@@ -210,7 +164,7 @@ pub trait Signals: Send + Sync {
     /// Signal every peer on `channel`, then wait for every peer's signal.
     fn barrier(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
@@ -218,7 +172,7 @@ pub trait Signals: Send + Sync {
     /// Signal `dst` on `channel`.
     fn put(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         dst: usize,
         channel: usize,
         timeout: Duration,
@@ -227,7 +181,7 @@ pub trait Signals: Send + Sync {
     /// Wait for `src`'s signal on `channel`.
     fn wait(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         src: usize,
         channel: usize,
         timeout: Duration,

@@ -7,7 +7,7 @@ use super::reuse::Own;
 use super::run::Rendezvous;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
-use crate::signal::pool::{self, PadLease, PoolWindow};
+use crate::signal::pad_pool::{self, PadLease, PoolWindow};
 
 /// Pad information a request carries.
 pub(super) struct PadAsk {
@@ -48,7 +48,7 @@ impl Rendezvous<'_> {
     /// Pick the lowest pad slot free on every rank, growing the pool when none is.
     pub(super) fn claim_pad(&mut self, requests: &[Request], pad_size: usize) -> Result<PadLease> {
         let bitmaps: Vec<&[u64]> = requests.iter().map(|r| r.pad_free.as_slice()).collect();
-        let slot = match pool::common_free_slot(&bitmaps) {
+        let slot = match pad_pool::common_free_slot(&bitmaps) {
             Some(slot) => slot,
             None => self.grow_pads(requests[0].pad_pools, pad_size)?,
         };
@@ -67,7 +67,7 @@ impl Rendezvous<'_> {
     /// rendezvous of its own); the first slot of the new pool.
     fn grow_pads(&mut self, pools: usize, pad_size: usize) -> Result<usize> {
         let granularity = self.shared.provider.info().granularity;
-        let bytes = pool::pool_bytes(pad_size, granularity)?;
+        let bytes = pad_pool::pool_bytes(pad_size, granularity)?;
         let memory = self.shared.provider.create(bytes)?;
         let pool_window = self.exchange(Own::Pool(memory.as_ref()), bytes, &PadAsk::none())?;
         self.shared.pads.grow(
@@ -77,6 +77,6 @@ impl Rendezvous<'_> {
                 layout: pool_window.layout,
             },
         );
-        Ok(pools * pool::slots_per_pool(bytes, pad_size))
+        Ok(pools * pad_pool::slots_per_pool(bytes, pad_size))
     }
 }

@@ -2,7 +2,7 @@
 //! themselves belong to each provider ([`crate::provider::Signals`]).
 
 mod options;
-pub(crate) mod pool;
+pub(crate) mod pad_pool;
 pub mod remote;
 
 pub use options::{SignalOptions, Stream};

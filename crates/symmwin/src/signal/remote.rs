@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadView, Signals, StreamHandle};
+use crate::provider::{PadLayout, Signals, StreamHandle};
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +139,7 @@ fn first_cause<const N: usize>(results: [Result<()>; N]) -> Result<()> {
 /// The window's view of its group for a signal operation.
 pub(crate) struct SignalScope<'a> {
     pub(crate) signals: &'a dyn Signals,
-    pub(crate) pads: &'a PadView,
+    pub(crate) pads: &'a PadLayout,
     pub(crate) mapped: &'a [bool],
     pub(crate) remote: Option<&'a dyn RemotePeers>,
     pub(crate) group: &'a str,
@@ -231,7 +231,7 @@ impl SignalScope<'_> {
         left: &dyn Fn() -> Duration,
         stream: StreamHandle,
     ) -> Result<()> {
-        let me = self.pads.rank;
+        let me = self.pads.rank();
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
             self.signals.put(self.pads, peer, channel, left(), stream)?;
         }

@@ -265,13 +265,12 @@ pub fn env_usize(name: &str) -> usize {
 pub fn join_group(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
     let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
-    let group = Group::new(
+    let group = self::group(
         GroupSpec::new(name, rank, world),
         store,
-        provider.clone(),
+        &provider,
         &Config::from_env().unwrap(),
-    )
-    .unwrap();
+    );
     (group, provider)
 }
 
@@ -363,4 +362,14 @@ pub fn peer_addresses(theirs: &Request, ours: &Request) -> Vec<PeerAddress> {
             token: Token::from_hex(&r.token).unwrap(),
         })
         .collect()
+}
+
+/// Join the group `spec` on `store` with `provider` and `config`; the join must work.
+pub fn group(
+    spec: GroupSpec,
+    store: Arc<dyn symmwin::Store>,
+    provider: &Arc<dyn Provider>,
+    config: &Config,
+) -> Group {
+    Group::new(spec, store, provider.clone(), config).unwrap()
 }

@@ -51,8 +51,7 @@ impl CudaSpan {
             return Err(failure);
         }
         for &(offset, len, ..) in &planned {
-            let at = self.mapped.partition_point(|&(start, _)| start < offset);
-            self.mapped.insert(at, (offset, len));
+            self.mapped.insert(offset, len);
         }
         Ok(())
     }
@@ -93,7 +92,7 @@ impl CudaSpan {
         }
         let overlaps =
             |&(start, size): &(usize, usize)| start < offset + len && offset < start + size;
-        if self.mapped.iter().any(overlaps)
+        if self.mapped.overlaps(offset, len)
             || planned
                 .iter()
                 .map(|&(o, l, ..)| (o, l))

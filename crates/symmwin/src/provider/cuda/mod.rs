@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::mapped::MappedRanges;
 use super::{
     downcast, HandleType, Memory, Provider, ProviderInfo, ProviderKind, SharedHandle, Signals,
     Span, Table,
@@ -19,25 +20,25 @@ use super::{
 use crate::config::HandlePreference;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
+mod context;
 mod driver;
 mod map_batch;
 mod ops;
 mod probe;
+mod signal_params;
 mod signals;
 mod timeout_record;
 #[cfg(test)]
 mod timeout_tests;
 
+use context::PrimaryContext;
 use driver::PhaseExt;
-use probe::PrimaryContext;
 
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
 };
-pub use probe::{
-    device_count, peer_access, probe_device, report_table, DeviceReport, HandleSupport,
-};
+pub use probe::{device_count, peer_access, probe_device, DeviceReport, HandleSupport};
 pub use signals::{kernels_built, CudaSignals, DEFAULT_OP_TIMEOUT, MAX_WORLD};
 pub use timeout_record::check_context;
 
@@ -213,7 +214,7 @@ impl Provider for CudaProvider {
             base,
             len,
             granularity: self.granularity,
-            mapped: Vec::new(),
+            mapped: MappedRanges::default(),
         }))
     }
 
@@ -345,8 +346,8 @@ pub struct CudaSpan {
     base: sys::CUdeviceptr,
     len: usize,
     granularity: usize,
-    /// `(offset, len)` of each mapping, sorted by offset, non-overlapping.
-    mapped: Vec<(usize, usize)>,
+    /// Each mapping, non-overlapping.
+    mapped: MappedRanges,
 }
 
 impl CudaSpan {
@@ -356,20 +357,7 @@ impl CudaSpan {
 
     /// Whether `[offset, offset + len)` is entirely mapped.
     fn is_mapped(&self, offset: usize, len: usize) -> bool {
-        let mut at = offset;
-        let end = offset + len;
-        for &(start, size) in &self.mapped {
-            if start > at {
-                break;
-            }
-            if start + size > at {
-                at = start + size;
-            }
-            if at >= end {
-                return true;
-            }
-        }
-        at >= end
+        self.mapped.covers(offset, len)
     }
 }
 
@@ -429,7 +417,7 @@ impl Drop for CudaSpan {
             }
         };
         let mut clean = true;
-        for &(offset, len) in &self.mapped {
+        for (offset, len) in self.mapped.iter() {
             // SAFETY: exactly one mapping made by `map`, no longer in use (see above).
             if let Err(e) = unsafe { driver::mem_unmap(self.base + offset as u64, len) } {
                 tracing::error!("cuMemUnmap failed: {}", e.name());
@@ -520,7 +508,7 @@ impl Drop for PrivateStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::PadView;
+    use crate::provider::PadLayout;
 
     fn libcuda_present() -> bool {
         // SAFETY: only dlopens and closes libcuda.
@@ -569,7 +557,13 @@ mod tests {
             base: 0,
             len: 8 * g,
             granularity: g,
-            mapped: vec![(0, 2 * g), (2 * g, g), (5 * g, g)],
+            mapped: [(0, 2 * g), (2 * g, g), (5 * g, g)].into_iter().fold(
+                MappedRanges::default(),
+                |mut m, (o, l)| {
+                    m.insert(o, l);
+                    m
+                },
+            ),
         };
         assert!(span.is_mapped(0, 3 * g));
         assert!(span.is_mapped(g, 2 * g));
@@ -674,13 +668,7 @@ mod tests {
                 .unwrap();
         }
         span.zero(0, 2 * g).unwrap();
-        let pads = |rank| PadView {
-            base: span.base(),
-            stride: g,
-            len: g,
-            rank,
-            world: 2,
-        };
+        let pads = |rank| PadLayout::from_parts(span.base(), g, g, rank, 2).unwrap();
         let signals = provider.signals();
         let second = Duration::from_secs(1);
         if !kernels_built() {
@@ -725,10 +713,7 @@ mod tests {
         assert!(signals.put(&pads(0), 2, 0, second, 0).is_err());
         assert!(signals.barrier(&pads(0), g, second, 0).is_err());
         // World 1 needs no peers.
-        let alone = PadView {
-            world: 1,
-            ..pads(0)
-        };
+        let alone = PadLayout::from_parts(span.base(), g, g, 0, 1).unwrap();
         signals.barrier(&alone, 0, second, 0).unwrap();
     }
 }

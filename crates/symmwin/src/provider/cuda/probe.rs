@@ -1,4 +1,5 @@
-//! Device queries for `symmwin probe`, and the per-device handle-type probe.
+//! Device queries for `symmwin probe` (the CLI prints them), and the per-device
+//! handle-type probe.
 //!
 //! Whether a handle type works is only known by trying: the device attributes say
 //! fabric is supported on machines where `cuMemCreate` with it is refused for lack of
@@ -10,7 +11,8 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
-use super::driver::{self, CtxGuard, DriverError, DriverResult, PhaseExt};
+use super::context::PrimaryContext;
+use super::driver::{self, DriverError, DriverResult, PhaseExt};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::HandleType;
 
@@ -61,63 +63,6 @@ impl HandleSupport {
                 error: Some(format!("{}: {}", e.call, e.name())),
             },
         }
-    }
-}
-
-/// A human-readable table of `devices`, one row per device, for `symmwin probe`.
-pub fn report_table(devices: &[DeviceReport]) -> String {
-    use std::fmt::Write;
-    let support = |h: &HandleSupport| match (&h.works, &h.error) {
-        (true, _) => "yes".to_owned(),
-        (false, Some(e)) => format!("no ({e})"),
-        (false, None) => "no".to_owned(),
-    };
-    let mut out = String::new();
-    if devices.is_empty() {
-        out.push_str("no CUDA devices");
-        return out;
-    }
-    for d in devices {
-        let _ = writeln!(
-            out,
-            "cuda:{} {} (sm_{}{}, {}, driver {}.{})",
-            d.ordinal,
-            d.name,
-            d.compute_capability.0,
-            d.compute_capability.1,
-            size(d.total_memory),
-            d.driver_version / 1000,
-            d.driver_version % 1000 / 10,
-        );
-        if !d.vmm_supported {
-            let _ = writeln!(out, "  VMM: not supported");
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "  granularity: {} minimum, {} recommended",
-            size(d.granularity_min),
-            size(d.granularity_recommended)
-        );
-        let _ = writeln!(out, "  fabric handles: {}", support(&d.fabric));
-        let _ = writeln!(out, "  POSIX fd handles: {}", support(&d.posix_fd));
-    }
-    out.truncate(out.trim_end().len());
-    out
-}
-
-fn size(bytes: usize) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 || value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
     }
 }
 
@@ -221,56 +166,6 @@ pub(super) fn cu_handle_type(handle_type: HandleType) -> sys::CUmemAllocationHan
     }
 }
 
-/// A retained primary context: the one torch and the CUDA runtime use, so retaining it
-/// shares their context rather than creating a rival one.
-#[derive(Debug)]
-pub(super) struct PrimaryContext {
-    pub(super) ordinal: i32,
-    pub(super) cu_device: sys::CUdevice,
-    pub(super) ctx: sys::CUcontext,
-}
-
-// SAFETY: a CUDA context handle may be made current on, and used from, any thread; the
-// handle itself is an immutable token.
-unsafe impl Send for PrimaryContext {}
-// SAFETY: as above; nothing here is mutated after construction.
-unsafe impl Sync for PrimaryContext {}
-
-impl PrimaryContext {
-    pub(super) fn retain(ordinal: i32) -> Result<Self> {
-        let cu_device = device(ordinal)?;
-        // SAFETY: `cu_device` comes from cuDeviceGet; Drop balances the retain.
-        let ctx = unsafe { driver::primary_ctx_retain(cu_device) }.phase(Phase::Probe)?;
-        Ok(PrimaryContext {
-            ordinal,
-            cu_device,
-            ctx,
-        })
-    }
-
-    /// Makes this context current on the calling thread until the guard drops.
-    #[inline]
-    pub(super) fn enter(&self) -> DriverResult<CtxGuard<'_>> {
-        // SAFETY: the context stays retained while `self` lives, and the guard borrows
-        // `self`.
-        unsafe { CtxGuard::enter(self.ctx) }
-    }
-}
-
-impl Drop for PrimaryContext {
-    fn drop(&mut self) {
-        // SAFETY: balances the retain in `retain`; every object that used the context
-        // holds an Arc to it, so none is left.
-        if let Err(e) = unsafe { driver::primary_ctx_release(self.cu_device) } {
-            tracing::warn!(
-                "releasing the primary context of device {} failed: {}",
-                self.ordinal,
-                e.name()
-            );
-        }
-    }
-}
-
 /// Create + export one granularity-sized allocation of `handle_type`, cached per process.
 pub(super) fn handle_type_works(ctx: &PrimaryContext, handle_type: HandleType) -> DriverResult<()> {
     type Outcomes = HashMap<(i32, HandleType), DriverResult<()>>;
@@ -350,43 +245,4 @@ fn unsupported(ordinal: i32, handle_type: HandleType, setting: &str, e: DriverEr
             e.message()
         )),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_shows_failures_by_name() {
-        let report = DeviceReport {
-            ordinal: 0,
-            name: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            total_memory: 150_754_820_096,
-            vmm_supported: true,
-            fabric: HandleSupport {
-                works: false,
-                error: Some("cuMemCreate: CUDA_ERROR_NOT_PERMITTED".into()),
-            },
-            posix_fd: HandleSupport {
-                works: true,
-                error: None,
-            },
-            granularity_min: 2 << 20,
-            granularity_recommended: 2 << 20,
-            driver_version: 13000,
-        };
-        let table = report_table(&[report]);
-        assert!(
-            table.contains("cuda:0 NVIDIA H200 (sm_90, 140.4 GiB, driver 13.0)"),
-            "{table}"
-        );
-        assert!(
-            table.contains("granularity: 2 MiB minimum, 2 MiB recommended"),
-            "{table}"
-        );
-        assert!(table.contains("fabric handles: no (cuMemCreate: CUDA_ERROR_NOT_PERMITTED)"));
-        assert!(table.contains("POSIX fd handles: yes"));
-        assert_eq!(report_table(&[]), "no CUDA devices");
-    }
 }

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::driver::{self, DriverError, PhaseExt};
-use super::probe::PrimaryContext;
+use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadView, Signals, StreamHandle};
+use crate::provider::{PadLayout, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
 const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
@@ -144,22 +145,32 @@ impl CudaSignals {
         }
     }
 
-    /// Launches the kernel of `op` with `params`; the hot path allocates and formats
-    /// nothing.
+    /// Launches the kernel of `op` on the checked pads `args` with `peer` (0 for the
+    /// barrier); the hot path allocates and formats nothing.
     #[inline]
-    fn launch(
-        &self,
-        op: WaitOp,
-        block: u32,
-        stream: StreamHandle,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
+    fn launch(&self, op: WaitOp, block: u32, launch: Launch) -> Result<()> {
+        let Launch {
+            args,
+            peer,
+            timeout,
+            stream,
+        } = launch;
+        let mut params = SignalParams {
+            pad_base: args.base,
+            pad_stride: args.stride,
+            world: args.world,
+            peer,
+            channel: args.channel,
+            _reserved: 0,
+            wait: self.wait_report(op, args.rank, timeout)?,
+        };
         let kernels = self.kernels()?;
         kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
-        // SAFETY: `params` matches the kernel's parameter list (built by the callers
-        // below from the signature in signal.cu); the function belongs to a module of
-        // this context, which is current; the pad addresses were bounds-checked, and the
+        let mut argv = [(&mut params as *mut SignalParams).cast::<c_void>()];
+        // SAFETY: every signal kernel takes one `SignalParams` by value, whose layout
+        // signal_params.rs mirrors (and tests); the function belongs to a module of this
+        // context, which is current; the pad addresses were bounds-checked, and the
         // timeout record lives as long as the module. The stream is the caller's, on this
         // device (0 is the legacy default stream).
         unsafe {
@@ -168,7 +179,7 @@ impl CudaSignals {
                 1,
                 block,
                 stream as sys::CUstream,
-                params,
+                &mut argv,
             )
         }
         .phase(Phase::Signal)
@@ -193,30 +204,28 @@ impl Signals for CudaSignals {
 
     fn barrier(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()> {
-        let mut args = PadArgs::check(pads, channel)?;
-        if pads.world == 1 {
+        let args = PadArgs::check(pads, channel)?;
+        if pads.world() == 1 {
             return self.check_errors();
         }
-        let mut report = self.wait_report(WaitOp::Barrier, args.rank, timeout)?;
         let block = args.world.div_ceil(32) * 32;
-        let mut params = [
-            arg(&mut args.base),
-            arg(&mut args.stride),
-            arg(&mut args.world),
-            arg(&mut args.channel),
-            arg(&mut report),
-        ];
-        self.launch(WaitOp::Barrier, block, stream, &mut params)
+        let launch = Launch {
+            args,
+            peer: 0,
+            timeout,
+            stream,
+        };
+        self.launch(WaitOp::Barrier, block, launch)
     }
 
     fn put(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         dst: usize,
         channel: usize,
         timeout: Duration,
@@ -227,7 +236,7 @@ impl Signals for CudaSignals {
 
     fn wait(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         src: usize,
         channel: usize,
         timeout: Duration,
@@ -254,30 +263,29 @@ impl CudaSignals {
 
     fn point_to_point(
         &self,
-        pads: &PadView,
+        pads: &PadLayout,
         peer: usize,
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
         op: WaitOp,
     ) -> Result<()> {
-        let mut args = PadArgs::check(pads, channel)?;
-        let mut peer = check_peer(pads, peer)?;
-        let mut report = self.wait_report(op, args.rank, timeout)?;
-        let mut params = [
-            arg(&mut args.base),
-            arg(&mut args.stride),
-            arg(&mut args.world),
-            arg(&mut peer),
-            arg(&mut args.channel),
-            arg(&mut report),
-        ];
-        self.launch(op, 1, stream, &mut params)
+        let launch = Launch {
+            args: PadArgs::check(pads, channel)?,
+            peer: check_peer(pads, peer)?,
+            timeout,
+            stream,
+        };
+        self.launch(op, 1, launch)
     }
 }
 
-fn arg<T>(value: &mut T) -> *mut c_void {
-    (value as *mut T).cast()
+/// What one signal kernel launch acts on.
+struct Launch {
+    args: PadArgs,
+    peer: u32,
+    timeout: Duration,
+    stream: StreamHandle,
 }
 
 fn duration_ns(d: Duration) -> u64 {
@@ -298,48 +306,44 @@ impl PadArgs {
     /// Checks on the host what the kernels cannot: every slot of `channel` lies inside
     /// every peer's pad, so a bad argument is an error here instead of a device fault
     /// that would poison the context.
-    pub(super) fn check(pads: &PadView, channel: usize) -> Result<Self> {
+    pub(super) fn check(pads: &PadLayout, channel: usize) -> Result<Self> {
         let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
-        if pads.world == 0 || pads.world > MAX_WORLD {
+        if pads.world() > MAX_WORLD {
             return Err(invalid(format!(
                 "world size {} is outside 1..={MAX_WORLD}",
-                pads.world
+                pads.world()
             )));
         }
-        if pads.rank >= pads.world {
+        if pads.rank() >= pads.world() {
             return Err(invalid(format!(
                 "rank {} out of range for world size {}",
-                pads.rank, pads.world
+                pads.rank(),
+                pads.world()
             )));
         }
-        if pads.base == 0 || pads.base % 4 != 0 || pads.stride % 4 != 0 {
+        if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
             return Err(invalid(format!(
                 "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
-                pads.base, pads.stride
+                pads.base(),
+                pads.stride()
             )));
         }
-        // The last slot of `channel` fits, so every slot of it does.
-        pads.slot_offset(channel, pads.world - 1)?;
-        let end = (pads.world - 1)
-            .checked_mul(pads.stride)
-            .and_then(|off| off.checked_add(pads.len))
-            .and_then(|off| off.checked_add(pads.base));
-        if end.is_none() {
-            return Err(invalid("signal pads overflow the address space".into()));
-        }
+        // The last slot of `channel` fits, so every slot of it does (and every pad
+        // fits the address space: `PadLayout` guarantees it).
+        pads.slot_offset(channel, pads.world() - 1)?;
         // The conversions cannot fail after the checks above; fail cleanly regardless.
         let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
         Ok(PadArgs {
-            base: pads.base as u64,
-            stride: pads.stride as u64,
-            rank: narrow(pads.rank)?,
-            world: narrow(pads.world)?,
+            base: pads.base() as u64,
+            stride: pads.stride() as u64,
+            rank: narrow(pads.rank())?,
+            world: narrow(pads.world())?,
             channel: narrow(channel)?,
         })
     }
 }
 
-pub(super) fn check_peer(pads: &PadView, peer: usize) -> Result<u32> {
+pub(super) fn check_peer(pads: &PadLayout, peer: usize) -> Result<u32> {
     pads.check_peer(peer)?;
     // world <= MAX_WORLD was checked by PadArgs::check.
     Ok(peer as u32)
@@ -450,14 +454,22 @@ impl Drop for Module {
 mod tests {
     use super::*;
 
-    fn pads(rank: usize, world: usize, len: usize) -> PadView {
-        PadView {
-            base: 0x7f00_0000_0000,
-            stride: 1 << 21,
-            len,
-            rank,
-            world,
-        }
+    const BASE: usize = 0x7f00_0000_0000;
+
+    fn pads(rank: usize, world: usize, len: usize) -> PadLayout {
+        PadLayout::from_parts(BASE, 1 << 21, len, rank, world).unwrap()
+    }
+
+    /// `PadArgs::check` of pads that may not even form a layout.
+    fn check(
+        base: usize,
+        stride: usize,
+        rank: usize,
+        world: usize,
+        channel: usize,
+    ) -> Result<PadArgs> {
+        PadLayout::from_parts(base, stride, 64, rank, world)
+            .and_then(|p| PadArgs::check(&p, channel))
     }
 
     #[test]
@@ -483,16 +495,11 @@ mod tests {
         // channel 4 needs slots up to 4*4+3 = 19, i.e. 80 bytes.
         assert!(PadArgs::check(&pads(1, 4, 64), 4).is_err());
         assert!(PadArgs::check(&pads(4, 4, 64), 0).is_err());
-        assert!(PadArgs::check(&pads(0, 0, 64), 0).is_err());
+        assert!(check(BASE, 1 << 21, 0, 0, 0).is_err());
         assert!(PadArgs::check(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
         assert!(PadArgs::check(&pads(0, 2, 64), usize::MAX).is_err());
-        let mut unaligned = pads(0, 2, 64);
-        unaligned.base += 2;
-        assert!(PadArgs::check(&unaligned, 0).is_err());
-        let mut huge = pads(0, 2, 64);
-        huge.stride = usize::MAX / 2;
-        huge.base = usize::MAX / 2;
-        assert!(PadArgs::check(&huge, 0).is_err());
+        assert!(check(BASE + 2, 1 << 21, 0, 2, 0).is_err());
+        assert!(check(usize::MAX / 2, usize::MAX / 2, 0, 2, 0).is_err());
         let err = PadArgs::check(&pads(0, 4, 64), 99).unwrap_err();
         assert_eq!(err.phase, Phase::Signal);
         assert!(matches!(err.kind, ErrorKind::InvalidArgument(_)));

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::driver::{self, DriverError};
-use super::probe::PrimaryContext;
 use crate::device_timeout::DeviceTimeout;
 use crate::error::{Error, ErrorKind, Phase, Result};
 

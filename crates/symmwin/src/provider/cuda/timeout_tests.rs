@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::provider::PadView;
+use crate::provider::PadLayout;
 
 /// Environment variable that turns `timeout_child` on and names its case.
 const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
@@ -38,14 +38,8 @@ impl TwoRanks {
         }
     }
 
-    fn pads(&self, rank: usize) -> PadView {
-        PadView {
-            base: self.span.base(),
-            stride: self.pad,
-            len: self.pad,
-            rank,
-            world: 2,
-        }
+    fn pads(&self, rank: usize) -> PadLayout {
+        PadLayout::from_parts(self.span.base(), self.pad, self.pad, rank, 2).unwrap()
     }
 
     fn pads_are_zero(&self) -> bool {

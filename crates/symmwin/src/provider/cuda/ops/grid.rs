@@ -41,7 +41,7 @@ pub(super) fn use_copy_engine(engine: Engine, bytes: usize, threshold: usize) ->
 
 /// Channels a pad holds at this world size.
 pub(super) fn pad_channels(ctx: &OpContext) -> usize {
-    ctx.pads.len / 4 / ctx.world.max(1)
+    ctx.pads.len() / 4 / ctx.world.max(1)
 }
 
 /// How many channels an op may use: the upper half of the pad, so the low channels
@@ -58,7 +58,7 @@ pub(super) fn first_channel(ctx: &OpContext, needed: usize) -> Result<u32> {
             "an op needs {needed} pad channels at world size {}; the {}-byte signal pad \
              leaves {} (raise the signal pad size)",
             ctx.world,
-            ctx.pads.len,
+            ctx.pads.len(),
             channel_budget(ctx)
         )));
     }
@@ -119,16 +119,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::provider::PadView;
+    use crate::provider::PadLayout;
 
     fn ctx(world: usize, pad_len: usize) -> OpContext {
-        let pads = PadView {
-            base: 1 << 40,
-            stride: 1 << 21,
-            len: pad_len,
-            rank: 0,
-            world,
-        };
+        let pads = PadLayout::from_parts(1 << 40, 1 << 21, pad_len, 0, world).unwrap();
         OpContext {
             rank: 0,
             world,

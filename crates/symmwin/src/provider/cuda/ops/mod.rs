@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
-use super::probe::PrimaryContext;
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, ReduceOp, SymmBuf, Tile, VarArgs};
+use crate::ops::{DeviceOps, OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use crate::provider::StreamHandle;
 
 mod collective;
@@ -67,8 +67,8 @@ impl CudaOps {
     fn base_params(&self, ctx: &OpContext, op: OpId) -> Result<OpsParams> {
         check_context(ctx)?;
         let mut p = self.params_for(op, ctx.rank as u32, ctx.timeout)?;
-        p.pad_base = ctx.pads.base as u64;
-        p.pad_stride = ctx.pads.stride as u64;
+        p.pad_base = ctx.pads.base() as u64;
+        p.pad_stride = ctx.pads.stride() as u64;
         p.world = ctx.world as u32;
         Ok(p)
     }
@@ -150,13 +150,16 @@ fn check_context(ctx: &OpContext) -> Result<()> {
             ctx.rank, ctx.world
         )));
     }
-    if pads.world != ctx.world || pads.rank != ctx.rank {
+    if pads.world() != ctx.world || pads.rank() != ctx.rank {
         return Err(Error::invalid(format!(
             "signal pads of rank {} / world {} used for rank {} / world {}",
-            pads.rank, pads.world, ctx.rank, ctx.world
+            pads.rank(),
+            pads.world(),
+            ctx.rank,
+            ctx.world
         )));
     }
-    if pads.base == 0 || pads.base % 4 != 0 || pads.stride % 4 != 0 {
+    if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
         return Err(Error::invalid("signal pads are not 4-byte aligned"));
     }
     // The last slot of the highest channel fits, so every slot an op uses does.
@@ -230,16 +233,8 @@ impl DeviceOps for CudaOps {
         self.set_value(ctx, sig, value, peer)
     }
 
-    unsafe fn wait_for_signal(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.wait_value(word, value, rank, peer, timeout, stream)
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        self.wait_value(wait)
     }
 
     unsafe fn put_signal(

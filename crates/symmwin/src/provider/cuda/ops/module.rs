@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
+use super::super::context::PrimaryContext;
 use super::super::driver::{self, DriverError};
-use super::super::probe::PrimaryContext;
 use super::super::signals::Module;
 use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_OVERFLOW, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};

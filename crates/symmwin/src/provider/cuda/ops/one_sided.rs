@@ -5,10 +5,8 @@ use super::grid::{self, COPY_ENGINE_MIN_ONE_SIDED};
 use super::params::{OpId, Operand, COPY_GET, COPY_PUT, HS_SIGNAL_PEER, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
-use std::time::Duration;
 
-use crate::ops::{OpContext, SymmBuf};
-use crate::provider::StreamHandle;
+use crate::ops::{OpContext, SignalWait, SymmBuf};
 
 /// Which way `put` / `get` copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,16 +72,17 @@ impl CudaOps {
         self.launch(|k| k.set_value, 1, 32, ctx.stream, &p)
     }
 
-    /// Waits until the 64-bit word at our address `word` is `value`, then zeroes it.
-    pub(super) fn wait_value(
-        &self,
-        word: usize,
-        value: u64,
-        rank: usize,
-        peer: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
+    /// Waits until the 64-bit word at our address `wait.word` is `wait.value`, then
+    /// zeroes it.
+    pub(super) fn wait_value(&self, wait: &SignalWait) -> Result<()> {
+        let SignalWait {
+            word,
+            value,
+            rank,
+            peer,
+            timeout,
+            stream,
+        } = *wait;
         if word == 0 {
             return Err(Error::invalid("a signal word at address 0"));
         }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::layout::FlatLayout;
+use crate::layout::{FlatLayout, PadLayout};
 use crate::provider::Span;
 
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
@@ -62,6 +62,12 @@ pub(crate) fn pool_bytes(pad_size: usize, granularity: usize) -> Result<usize> {
     crate::layout::round_up(want.max(granularity), granularity)
 }
 
+/// Where pad `slot` lies inside its pool window's slots: which pool, and the byte
+/// offset in every rank's slot of that pool.
+fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
+    (slot / per_pool, (slot % per_pool) * pad_size)
+}
+
 /// Lowest slot free on every rank.
 pub(crate) fn common_free_slot(bitmaps: &[&[u64]]) -> Option<usize> {
     let words = bitmaps.iter().map(|b| b.len()).min()?;
@@ -94,9 +100,10 @@ impl PadPools {
                 continue;
             }
             if set.dirty[slot] {
-                let Some(own) = set.pools.get(slot / per_pool).and_then(|pool| {
-                    let base = pool.layout.slot(rank).ok()?;
-                    Some(base + (slot % per_pool) * pad_size)
+                let (pool, offset) = pad_place(slot, per_pool, pad_size);
+                let Some(own) = set.pools.get(pool).and_then(|pool| {
+                    let range = pool.layout.slot_range(rank, offset, pad_size).ok()?;
+                    Some(range.start)
                 }) else {
                     continue;
                 };
@@ -126,7 +133,8 @@ impl PadPools {
         let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
         let set = sets.get_mut(&pad_size)?;
         let per_pool = slots_per_pool(set.pools.first()?.layout.stride, pad_size);
-        let pool = set.pools.get(slot / per_pool)?.clone();
+        let (pool, offset) = pad_place(slot, per_pool, pad_size);
+        let pool = set.pools.get(pool)?.clone();
         let used = set.used.get_mut(slot)?;
         if *used {
             return None;
@@ -137,7 +145,7 @@ impl PadPools {
             pool,
             pad_size,
             slot,
-            offset: (slot % per_pool) * pad_size,
+            offset,
         })
     }
 
@@ -160,13 +168,13 @@ pub(crate) struct PadLease {
 }
 
 impl PadLease {
-    /// Address of rank 0's pad; rank r's is `base() + r * stride()`.
-    pub(crate) fn base(&self) -> usize {
-        self.pool.layout.base + self.offset
-    }
-
-    pub(crate) fn stride(&self) -> usize {
-        self.pool.layout.stride
+    /// Where every rank's pad of this lease is, seen from `rank`.
+    pub(crate) fn layout(&self, rank: usize) -> Result<PadLayout> {
+        PadLayout::new(
+            self.pool.layout.at_offset(self.offset)?,
+            self.pad_size,
+            rank,
+        )
     }
 
     pub(crate) fn pad_size(&self) -> usize {

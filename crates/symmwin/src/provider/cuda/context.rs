@@ -1,0 +1,57 @@
+//! The device's primary context, retained for as long as anything of ours uses it.
+
+use cudarc::driver::sys;
+
+use super::driver::{self, CtxGuard, DriverResult, PhaseExt};
+use super::probe::device;
+use crate::error::{Phase, Result};
+
+/// A retained primary context: the one torch and the CUDA runtime use, so retaining it
+/// shares their context rather than creating a rival one.
+#[derive(Debug)]
+pub(super) struct PrimaryContext {
+    pub(super) ordinal: i32,
+    pub(super) cu_device: sys::CUdevice,
+    pub(super) ctx: sys::CUcontext,
+}
+
+// SAFETY: a CUDA context handle may be made current on, and used from, any thread; the
+// handle itself is an immutable token.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; nothing here is mutated after construction.
+unsafe impl Sync for PrimaryContext {}
+
+impl PrimaryContext {
+    pub(super) fn retain(ordinal: i32) -> Result<Self> {
+        let cu_device = device(ordinal)?;
+        // SAFETY: `cu_device` comes from cuDeviceGet; Drop balances the retain.
+        let ctx = unsafe { driver::primary_ctx_retain(cu_device) }.phase(Phase::Probe)?;
+        Ok(PrimaryContext {
+            ordinal,
+            cu_device,
+            ctx,
+        })
+    }
+
+    /// Makes this context current on the calling thread until the guard drops.
+    #[inline]
+    pub(super) fn enter(&self) -> DriverResult<CtxGuard<'_>> {
+        // SAFETY: the context stays retained while `self` lives, and the guard borrows
+        // `self`.
+        unsafe { CtxGuard::enter(self.ctx) }
+    }
+}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `retain`; every object that used the context
+        // holds an Arc to it, so none is left.
+        if let Err(e) = unsafe { driver::primary_ctx_release(self.cu_device) } {
+            tracing::warn!(
+                "releasing the primary context of device {} failed: {}",
+                self.ordinal,
+                e.name()
+            );
+        }
+    }
+}
