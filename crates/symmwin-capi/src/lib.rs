@@ -102,7 +102,7 @@ fn set_last_error(message: String) {
 }
 
 fn status_of(err: &symmwin::Error) -> SymmwinStatus {
-    match err.kind {
+    match err.kind() {
         ErrorKind::InvalidArgument(_) => SymmwinInvalidArgument,
         ErrorKind::Timeout { .. } => SymmwinTimeout,
         ErrorKind::Mismatch { .. } => SymmwinMismatch,
@@ -137,7 +137,7 @@ fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
 fn config() -> symmwin::Result<Config> {
     // Keep the reason alone: `Error::invalid` adds the prefix again.
     static CONFIG: LazyLock<Result<Config, String>> = LazyLock::new(|| {
-        let reason = |e: symmwin::Error| match e.kind {
+        let reason = |e: symmwin::Error| match e.into_kind() {
             ErrorKind::InvalidArgument(reason) => reason,
             other => other.to_string(),
         };

@@ -591,8 +591,5 @@ fn publish(shared: &GroupShared, key: &str, encoded: Vec<u8>, deadline: Instant)
         || format!("set({key})"),
         move |s| s.set(&owned, &encoded),
     )
-    .map_err(|e| Error {
-        phase: Phase::Publish,
-        ..e
-    })
+    .map_err(|e| e.during(Phase::Publish))
 }
