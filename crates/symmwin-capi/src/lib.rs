@@ -19,17 +19,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use symmwin::provider::cuda::CudaProvider;
 use symmwin::{
-    Config, ErrorKind, Group, GroupSpec, HostProvider, Provider, Registry, SignalOptions, Stream,
-    Window,
+    Config, ErrorKind, Group, GroupSpec, Provider, Registry, SignalOptions, Stream, Window,
 };
 
 pub use ops::{SymmwinOpOptions, SymmwinOperand};
 pub use remote::{
     SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV, SYMMWIN_SEND,
 };
-pub use store::SymmwinStore;
+pub use store::{SymmwinStore, SymmwinStoreError};
 
 /// Result of every call.
 #[repr(C)]
@@ -163,11 +161,7 @@ fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
     }
-    let p: Arc<dyn Provider> = if device < 0 {
-        Arc::new(HostProvider::new())
-    } else {
-        Arc::new(CudaProvider::new(device, config()?.handle)?)
-    };
+    let p = symmwin::provider_for_device(device, config()?.handle)?;
     providers.insert(device, p.clone());
     Ok(p)
 }

@@ -31,6 +31,7 @@
 
 pub mod allocation;
 pub mod config;
+mod device_provider;
 pub mod device_timeout;
 pub mod error;
 pub mod exchange;
@@ -54,6 +55,7 @@ pub mod window_cache;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};
+pub use device_provider::provider_for_device;
 pub use device_timeout::DeviceTimeout;
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use group::{Group, GroupSpec};
