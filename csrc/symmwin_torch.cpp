@@ -480,7 +480,7 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
         "peer mapped; see symmwin.direct_peers(hdl) and docs/multi-node.md.");
   }
 
-  void* table(SymmwinTable which) {
+  void* table(int which) {
     void* ptr = nullptr;
     check(symmwin_window_table_dev(window_.get(), which, &ptr));
     return ptr;
