@@ -687,15 +687,12 @@ std::string handle_type(int device) {
   return buf;
 }
 
+// The core's size query says how much room the description takes.
 std::string probe() {
-  std::string json(4096, '\0');
   size_t needed = 0;
-  auto status = symmwin_probe_json(json.data(), json.size(), &needed);
-  if (status != SYMMWIN_OK && needed > json.size()) {
-    json.resize(needed);
-    status = symmwin_probe_json(json.data(), json.size(), &needed);
-  }
-  check(status);
+  check(symmwin_probe_json(nullptr, 0, &needed));
+  std::string json(needed, '\0');
+  check(symmwin_probe_json(json.data(), json.size(), &needed));
   json.resize(needed - 1);
   return json;
 }

@@ -21,11 +21,10 @@ use symmwin::{
     Config, ErrorKind, Group, GroupSpec, Provider, Registry, SignalOptions, Stream, Window,
 };
 
-pub use ops::{SymmwinOpOptions, SymmwinOperand};
-pub use remote::{
-    SymmwinFlag, SymmwinRemote, SymmwinRemoteError, SymmwinTransfer, SYMMWIN_RECV, SYMMWIN_SEND,
-};
-pub use store::{SymmwinStore, SymmwinStoreError};
+// Every entry point is reachable from Rust too, for the ABI's own tests.
+pub use ops::*;
+pub use remote::*;
+pub use store::{SymmwinSink, SymmwinStore, SymmwinStoreError};
 
 /// Result of every call.
 #[repr(C)]
