@@ -658,14 +658,16 @@ void register_backends() {
 
 py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
   TORCH_CHECK(handle, "flat_layout: handle is None");
-  const auto ptrs = handle->get_buffer_ptrs();
-  auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
-  uintptr_t stride = 0;
   if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
-    // Rank 0 may be on another host (a null pointer): the span is still reserved.
-    base = ours->info().base;
-    stride = ours->info().stride;
-  } else if (ptrs.size() > 1) {
+    // The core's layout (rank 0 may be on another host, a null pointer: the span is
+    // still reserved). Nothing to check: our buffer pointers are made from it.
+    return py::make_tuple(ours->info().base, ours->info().stride);
+  }
+  // Another backend's handle: its pointers must be evenly spaced to be one span.
+  const auto ptrs = handle->get_buffer_ptrs();
+  const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
+  uintptr_t stride = 0;
+  if (ptrs.size() > 1) {
     stride = reinterpret_cast<uintptr_t>(ptrs[1]) - base;
   }
   for (size_t r = 0; r < ptrs.size(); ++r) {
