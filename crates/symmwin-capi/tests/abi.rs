@@ -369,7 +369,7 @@ fn a_failing_store_call_reports_the_stores_own_reason() {
     assert_ne!(status, SymmwinOk);
     let message = last_error();
     assert!(message.contains("failed in the c10d store"), "{message}");
-    assert!(message.contains(&format!("(c10d store: set(")), "{message}");
+    assert!(message.contains("(c10d store: set("), "{message}");
     assert!(message.contains(reason), "{message}");
     assert_eq!(symmwin_free(ptr), SymmwinOk);
 }
