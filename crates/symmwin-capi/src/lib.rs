@@ -93,7 +93,9 @@ static PROVIDERS: LazyLock<Mutex<HashMap<i32, Arc<dyn Provider>>>> =
 
 fn set_last_error(message: String) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // A thread being torn down has no message slot left; losing the message there
+    // beats a panic at the boundary.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
 fn status_of(err: &symmwin::Error) -> SymmwinStatus {
@@ -220,7 +222,9 @@ fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
 /// on this thread.
 #[no_mangle]
 pub extern "C" fn symmwin_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// Check the `SYMMWIN_*` environment and set up `SYMMWIN_LOG`, so that a bad value is
