@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,24 +45,6 @@ namespace sm = c10d::symmetric_memory;
 
 // torch's own default when no group is given (the world group's registered name).
 constexpr const char* kWorldGroup = "0";
-
-// A c10d store failure seen by a callback. The Rust error names only the key; the
-// c10d exception (a socket timeout, a dead server) is the useful half, so the next
-// failing call appends it.
-std::mutex store_error_mutex;
-std::string store_error;
-
-void clear_store_error() {
-  std::lock_guard<std::mutex> lock(store_error_mutex);
-  store_error.clear();
-}
-
-std::string take_store_error() {
-  std::lock_guard<std::mutex> lock(store_error_mutex);
-  std::string e;
-  e.swap(store_error);
-  return e.empty() ? e : " (c10d store: " + e + ")";
-}
 
 // symmwin's own timeouts (rendezvous, host-side waits, the report after a device
 // wait timed out): `symmwin.TimeoutError` in Python, a torch DistBackendError.
@@ -82,10 +65,9 @@ void check(SymmwinStatus status) {
     return;
   }
   const std::string last = symmwin_last_error();
-  const std::string message = (last.empty() ? "symmwin: call failed with status " +
-                                       std::to_string(static_cast<int>(status))
-                                            : last) +
-      take_store_error();
+  const std::string message = last.empty()
+      ? "symmwin: call failed with status " + std::to_string(static_cast<int>(status))
+      : last;
   if (is_own_timeout(status)) {
     throw SymmwinTimeoutError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
   }
@@ -135,31 +117,39 @@ bool server_gone(const std::string& what) {
   return false;
 }
 
+// The c10d exception is the useful half of a store failure (a socket timeout, a dead
+// server): it goes back to the core in `error`, which adds it to its own message.
+void report(SymmwinStoreError* error, const std::string& what) {
+  std::string message = what;
+  if (server_gone(what)) {
+    message +=
+        "; the store's server closed the connection: the process hosting it "
+        "has died or exited";
+  }
+  std::snprintf(error->message, sizeof(error->message), "%s", message.c_str());
+}
+
 template <typename F>
-int guarded(const char* op, const char* key, F&& f) noexcept {
+int guarded(SymmwinStoreError* error, F&& f) noexcept {
   try {
     return f();
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    std::lock_guard<std::mutex> lock(store_error_mutex);
-    store_error = std::string(op) + "(" + key + "): " + what;
-    if (server_gone(what)) {
-      store_error +=
-          "; the store's server closed the connection: the process hosting it "
-          "has died or exited";
-    }
+    report(error, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(store_error_mutex);
-    store_error = std::string(op) + "(" + key + "): " + e.what();
+    report(error, e.what());
   } catch (...) {
-    std::lock_guard<std::mutex> lock(store_error_mutex);
-    store_error = std::string(op) + "(" + key + "): unknown exception";
+    report(error, "unknown exception");
   }
   return -1;
 }
 
-int store_set(void* ctx, const char* key, const uint8_t* value, size_t len) {
-  return guarded("set", key, [&] {
+int store_set(
+    void* ctx,
+    const char* key,
+    const uint8_t* value,
+    size_t len,
+    SymmwinStoreError* error) {
+  return guarded(error, [&] {
     store_of(ctx).set(key, std::vector<uint8_t>(value, value + len));
     return 0;
   });
@@ -169,8 +159,9 @@ int store_try_get(
     void* ctx,
     const char* key,
     SymmwinSink sink,
-    void* sink_ctx) {
-  return guarded("get", key, [&] {
+    void* sink_ctx,
+    SymmwinStoreError* error) {
+  return guarded(error, [&] {
     auto& store = store_of(ctx);
     // check() does not block; get() alone would wait for the key up to the
     // store timeout, and the core polls with its own deadline.
@@ -192,8 +183,9 @@ int store_wait_all(
     size_t count,
     uint64_t timeout_ms,
     SymmwinSink sink,
-    void* sink_ctx) {
-  return guarded("wait_all", count ? keys[0] : "", [&] {
+    void* sink_ctx,
+    SymmwinStoreError* error) {
+  return guarded(error, [&] {
     std::vector<std::string> names(keys, keys + count);
     auto& store = store_of(ctx);
     try {
@@ -212,20 +204,25 @@ int store_wait_all(
   });
 }
 
-int store_add(void* ctx, const char* key, int64_t delta, int64_t* out) {
-  return guarded("add", key, [&] {
+int store_add(
+    void* ctx,
+    const char* key,
+    int64_t delta,
+    int64_t* out,
+    SymmwinStoreError* error) {
+  return guarded(error, [&] {
     *out = store_of(ctx).add(key, delta);
     return 0;
   });
 }
 
-int store_remove(void* ctx, const char* key) {
+int store_remove(void* ctx, const char* key, SymmwinStoreError* /*error*/) {
   try {
     store_of(ctx).deleteKey(key);
     return 0;
   } catch (...) {
-    // Not recorded as the store error: deleting is cleanup, the core only warns,
-    // and some stores (FileStore) cannot delete at all.
+    // No reason reported: deleting is cleanup, the core only warns, and some
+    // stores (FileStore) cannot delete at all.
     return -1;
   }
 }
@@ -308,7 +305,6 @@ void ensure_group(const std::string& name, int device) {
   }
   const std::string describe = describe_store(store);
   const auto globals = global_ranks_of(pg);
-  clear_store_error();
   check(symmwin_group_init(
       name.c_str(),
       device,
@@ -484,7 +480,7 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
         "peer mapped; see symmwin.direct_peers(hdl) and docs/multi-node.md.");
   }
 
-  void* table(SymmwinTable which) {
+  void* table(int which) {
     void* ptr = nullptr;
     check(symmwin_window_table_dev(window_.get(), which, &ptr));
     return ptr;
@@ -575,8 +571,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const std::string group = group_name.value_or(alloc_group(alloc.base));
     ensure_group(group, alloc.device);
     SymmwinWindow* window = nullptr;
-    clear_store_error();
-    const auto status = symmwin_rendezvous(
+      const auto status = symmwin_rendezvous(
         ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
     if (status == SYMMWIN_NOT_FOUND) {
       return nullptr;
@@ -616,8 +611,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const int device = symmwin_device(-1);
     ensure_group(group, device);
     SymmwinWindow* window = nullptr;
-    clear_store_error();
-    const auto status = symmwin_rendezvous(
+      const auto status = symmwin_rendezvous(
         ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
     if (status != SYMMWIN_NOT_FOUND) {
       check(status);
@@ -664,14 +658,16 @@ void register_backends() {
 
 py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
   TORCH_CHECK(handle, "flat_layout: handle is None");
-  const auto ptrs = handle->get_buffer_ptrs();
-  auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
-  uintptr_t stride = 0;
   if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
-    // Rank 0 may be on another host (a null pointer): the span is still reserved.
-    base = ours->info().base;
-    stride = ours->info().stride;
-  } else if (ptrs.size() > 1) {
+    // The core's layout (rank 0 may be on another host, a null pointer: the span is
+    // still reserved). Nothing to check: our buffer pointers are made from it.
+    return py::make_tuple(ours->info().base, ours->info().stride);
+  }
+  // Another backend's handle: its pointers must be evenly spaced to be one span.
+  const auto ptrs = handle->get_buffer_ptrs();
+  const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
+  uintptr_t stride = 0;
+  if (ptrs.size() > 1) {
     stride = reinterpret_cast<uintptr_t>(ptrs[1]) - base;
   }
   for (size_t r = 0; r < ptrs.size(); ++r) {
@@ -693,15 +689,12 @@ std::string handle_type(int device) {
   return buf;
 }
 
+// The core's size query says how much room the description takes.
 std::string probe() {
-  std::string json(4096, '\0');
   size_t needed = 0;
-  auto status = symmwin_probe_json(json.data(), json.size(), &needed);
-  if (status != SYMMWIN_OK && needed > json.size()) {
-    json.resize(needed);
-    status = symmwin_probe_json(json.data(), json.size(), &needed);
-  }
-  check(status);
+  check(symmwin_probe_json(nullptr, 0, &needed));
+  std::string json(needed, '\0');
+  check(symmwin_probe_json(json.data(), json.size(), &needed));
   json.resize(needed - 1);
   return json;
 }

@@ -10,6 +10,21 @@
 #include <stdlib.h>
 
 /**
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer.
+ */
+#define SYMMWIN_BUFFER_PTRS 0
+
+/**
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's signal pad.
+ */
+#define SYMMWIN_PAD_PTRS 1
+
+/**
+ * `symmwin_window_table_dev` table: `int[world]`, global rank of every group rank.
+ */
+#define SYMMWIN_GLOBAL_RANKS 2
+
+/**
  * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
  */
 #define SYMMWIN_A2A_FLAT 0
@@ -102,24 +117,6 @@ typedef enum {
 } SymmwinStatus;
 
 /**
- * Which device table to read.
- */
-typedef enum {
-  /**
-   * `void*[world]`: every rank's buffer.
-   */
-  SYMMWIN_BUFFER_PTRS = 0,
-  /**
-   * `void*[world]`: every rank's signal pad.
-   */
-  SYMMWIN_PAD_PTRS = 1,
-  /**
-   * `int[world]`: global rank of every group rank.
-   */
-  SYMMWIN_GLOBAL_RANKS = 2,
-} SymmwinTable;
-
-/**
  * A window as the C side sees it: opaque, released with `symmwin_window_release`.
  */
 typedef struct SymmwinWindow SymmwinWindow;
@@ -143,6 +140,18 @@ typedef struct {
 } SymmwinAllocInfo;
 
 /**
+ * Where a failing store callback says why (the store's own exception text, e.g. a
+ * socket timeout or a dead server): the core adds it to its error. NUL-terminated;
+ * left empty when the callback has nothing to say.
+ */
+typedef struct {
+  /**
+   * The store's message, NUL-terminated (cut to fit).
+   */
+  char message[1024];
+} SymmwinStoreError;
+
+/**
  * Receives a value from `try_get`.
  */
 typedef void (*SymmwinSink)(void *sink, const uint8_t *value, size_t len);
@@ -151,8 +160,8 @@ typedef void (*SymmwinSink)(void *sink, const uint8_t *value, size_t len);
  * Store callbacks. Each returns 0 on success and non-zero on failure, except
  * `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure, and
  * `wait_all`: 1 all found (each value passed to `sink`, in key order), 0 not all
- * there by the timeout, negative on failure. `wait_all` may be NULL (the core then
- * polls `try_get`). The callbacks may be called from any thread; `release` is called
+ * there by the timeout, negative on failure. A failing callback may say why in its
+ * last argument (never NULL). `wait_all` may be NULL (the core then polls `try_get`). The callbacks may be called from any thread; `release` is called
  * once, last.
  */
 typedef struct {
@@ -163,19 +172,23 @@ typedef struct {
   /**
    * Set `key` to `len` bytes at `value`.
    */
-  int (*set)(void *ctx, const char *key, const uint8_t *value, size_t len);
+  int (*set)(void *ctx, const char *key, const uint8_t *value, size_t len, SymmwinStoreError *error);
   /**
    * Look `key` up without blocking.
    */
-  int (*try_get)(void *ctx, const char *key, SymmwinSink sink, void *sink_ctx);
+  int (*try_get)(void *ctx,
+                 const char *key,
+                 SymmwinSink sink,
+                 void *sink_ctx,
+                 SymmwinStoreError *error);
   /**
    * Add `delta` to the counter at `key`, storing the result in `*out`.
    */
-  int (*add)(void *ctx, const char *key, int64_t delta, int64_t *out);
+  int (*add)(void *ctx, const char *key, int64_t delta, int64_t *out, SymmwinStoreError *error);
   /**
    * Delete `key`.
    */
-  int (*remove)(void *ctx, const char *key);
+  int (*remove)(void *ctx, const char *key, SymmwinStoreError *error);
   /**
    * Free `ctx`.
    */
@@ -199,7 +212,8 @@ typedef struct {
                   size_t count,
                   uint64_t timeout_ms,
                   SymmwinSink sink,
-                  void *sink_ctx);
+                  void *sink_ctx,
+                  SymmwinStoreError *error);
 } SymmwinStore;
 
 /**
@@ -411,6 +425,9 @@ const char *symmwin_version(void);
 
 /**
  * Allocate `size` zero-filled bytes on `device` (-1: host shared memory).
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for the result.
  */
 SymmwinStatus symmwin_alloc(int device, size_t size, void **out);
 
@@ -421,12 +438,20 @@ SymmwinStatus symmwin_free(void *ptr);
 
 /**
  * Bytes requested for the allocation covering `ptr`.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for the result. `ptr` is only compared
+ * with live allocations, never read.
  */
 SymmwinStatus symmwin_alloc_size(void *ptr, size_t *out);
 
 /**
  * The allocation covering `ptr` (which may point inside it).
  * `SYMMWIN_NOT_FOUND` if `ptr` is not inside a live symmwin allocation.
+ *
+ * # Safety
+ * `out` is NULL or points to writable storage for the result. `ptr` is only compared
+ * with live allocations, never read.
  */
 SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
 
@@ -438,6 +463,11 @@ SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
  * (identity). `timeout_ms` is the process group's own timeout (0: none); the group's
  * rendezvous and host-side waits use it unless `SYMMWIN_TIMEOUT_MS` is set. Takes
  * ownership of `store` in every case.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string. `global_ranks` is NULL or points to
+ * `world` readable ints. `store` holds callbacks that honour the `SymmwinStore`
+ * contract, and its `describe` is NULL or a NUL-terminated string.
  */
 SymmwinStatus symmwin_group_init(const char *name,
                                  int device,
@@ -451,6 +481,9 @@ SymmwinStatus symmwin_group_init(const char *name,
  * Forget group `name` (every group when `name` is NULL) and release its store, on
  * every device: the process group is gone. Windows made on it stay valid. Returns
  * the number of groups released.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
  */
 size_t symmwin_release_groups(const char *name);
 
@@ -463,17 +496,27 @@ size_t symmwin_remove_sockets(void);
 /**
  * 1 if group `name` is registered for `device` with the store `identity` (see
  * `SymmwinStore::identity`), else 0: a cheap check before `symmwin_group_init`.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
  */
 int symmwin_group_matches(const char *name, int device, uint64_t identity);
 
 /**
  * 1 if group `name` is registered for `device`, else 0.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
  */
 int symmwin_group_exists(const char *name, int device);
 
 /**
  * Make (or find, if made before) the window of the allocation covering `ptr` on
  * group `name`. Collective on first use. `SYMMWIN_NOT_FOUND` if `ptr` is not ours.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string. `out` is NULL or points to writable
+ * storage for the result. `ptr` is only compared with live allocations, never read.
  */
 SymmwinStatus symmwin_rendezvous(void *ptr,
                                  const char *name,
@@ -483,26 +526,48 @@ SymmwinStatus symmwin_rendezvous(void *ptr,
 
 /**
  * Release a window handle (the mapping goes when its last user does).
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing`,
+ * released at most once and not used afterwards.
  */
 void symmwin_window_release(SymmwinWindow *w);
 
 /**
  * Layout and identity of a window.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `out` is NULL or points to writable storage for the result.
  */
 SymmwinStatus symmwin_window_info(const SymmwinWindow *w, SymmwinWindowInfo *out);
 
 /**
  * Signal pad address of `rank`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `out` is NULL or points to writable storage for the result.
  */
 SymmwinStatus symmwin_window_pad_ptr(const SymmwinWindow *w, int rank, void **out);
 
 /**
- * Device-visible address of one of the window's tables (host address for host memory).
+ * Device-visible address of one of the window's tables (host address for host
+ * memory): `table` is one of `SYMMWIN_BUFFER_PTRS`, `SYMMWIN_PAD_PTRS`,
+ * `SYMMWIN_GLOBAL_RANKS`; any other value is `SYMMWIN_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `out` is NULL or points to writable storage for the result.
  */
-SymmwinStatus symmwin_window_table_dev(const SymmwinWindow *w, SymmwinTable table, void **out);
+SymmwinStatus symmwin_window_table_dev(const SymmwinWindow *w, int table, void **out);
 
 /**
  * Copy the global rank of every group rank into `out[0..world]`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `out` is NULL or has room for `len` ints.
  */
 SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size_t len);
 
@@ -513,6 +578,10 @@ SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size
  * `SYMMWIN_TIMEOUT_MS`, else 60 s. On the device a wait that runs out traps: the
  * stream's next synchronization fails and every later call returns
  * `SYMMWIN_CONTEXT_LOST`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
  */
 SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
                                      int channel,
@@ -521,6 +590,10 @@ SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
 
 /**
  * Signal rank `dst` on `channel`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
  */
 SymmwinStatus symmwin_window_put_signal(const SymmwinWindow *w,
                                         int dst,
@@ -530,6 +603,10 @@ SymmwinStatus symmwin_window_put_signal(const SymmwinWindow *w,
 
 /**
  * Wait for rank `src`'s signal on `channel`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
  */
 SymmwinStatus symmwin_window_wait_signal(const SymmwinWindow *w,
                                          int src,
@@ -539,6 +616,9 @@ SymmwinStatus symmwin_window_wait_signal(const SymmwinWindow *w,
 
 /**
  * Write `"posix_fd"` or `"fabric"` (the probed handle type of `device`) into `buf`.
+ *
+ * # Safety
+ * `buf` is NULL or has room for `len` bytes.
  */
 SymmwinStatus symmwin_handle_type(int device, char *buf, size_t len);
 
@@ -546,6 +626,10 @@ SymmwinStatus symmwin_handle_type(int device, char *buf, size_t len);
  * Write a JSON description of the machine (devices, handle types, peer access) into
  * `buf`; `*needed` gets the length including the NUL. With `buf` NULL only `*needed`
  * is written (a size query).
+ *
+ * # Safety
+ * `buf` is NULL or has room for `len` bytes; `needed` is NULL or points to a writable
+ * `size_t`.
  */
 SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
 
@@ -556,6 +640,11 @@ size_t symmwin_allocation_count(void);
 
 /**
  * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+ *
+ * # Safety
+ * Every operand's `window` is NULL or a window not yet released, and the operand's
+ * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+ * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_all_to_all(SymmwinOperand input,
                                     SymmwinOperand out,
@@ -565,6 +654,11 @@ SymmwinStatus symmwin_op_all_to_all(SymmwinOperand input,
  * The all-to-all-v family (`shape` is one of `SYMMWIN_A2A_*`); `splits` is
  * `in_splits` (`in_splits_offsets` for combine). Rows count dim 0 of `row_bytes`
  * bytes; `major_align` is used by dispatch only and must be positive there.
+ *
+ * # Safety
+ * Every operand's `window` is NULL or a window not yet released, and the operand's
+ * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+ * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_all_to_all_v(int shape,
                                       int64_t major_align,
@@ -579,12 +673,22 @@ SymmwinStatus symmwin_op_all_to_all_v(int shape,
 
 /**
  * Broadcast `root`'s `buf` to every rank.
+ *
+ * # Safety
+ * Every operand's `window` is NULL or a window not yet released, and the operand's
+ * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+ * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_broadcast(SymmwinOperand buf, int root, const SymmwinOpOptions *opts);
 
 /**
  * One-sided copy of this rank's `buf` into `peer`'s (`into_peer` non-zero: put) or
  * of `peer`'s into this rank's (get).
+ *
+ * # Safety
+ * Every operand's `window` is NULL or a window not yet released, and the operand's
+ * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+ * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_put_get(SymmwinOperand buf,
                                  int peer,
@@ -593,6 +697,11 @@ SymmwinStatus symmwin_op_put_get(SymmwinOperand buf,
 
 /**
  * Put `buf` to `peer`, then set `peer`'s 64-bit `sig` to `value`.
+ *
+ * # Safety
+ * Every operand's `window` is NULL or a window not yet released, and the operand's
+ * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+ * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_put_with_signal(SymmwinOperand buf,
                                          SymmwinOperand sig,
@@ -605,6 +714,11 @@ SymmwinStatus symmwin_op_put_with_signal(SymmwinOperand buf,
  * `value` (sent by `peer` to this process's world rank `rank`, both named in a
  * timeout error), then zero it. `word` must be a live, 8-byte aligned
  * word of that memory (a signal pad or a symmetric tensor).
+ *
+ * # Safety
+ * `word` is a live, 8-byte aligned word of memory of `device` (a signal pad or a
+ * symmetric tensor) that stays mapped until the wait ends; `opts` is NULL or points to
+ * a readable `SymmwinOpOptions`.
  */
 SymmwinStatus symmwin_op_wait_for_signal(void *word,
                                          int device,
@@ -616,6 +730,12 @@ SymmwinStatus symmwin_op_wait_for_signal(void *word,
 /**
  * Copy `len` bytes at `src` into `peer`'s `dst`, then signal `peer` on channel 0.
  * `src` must be memory of the window's provider, readable for `len` bytes.
+ *
+ * # Safety
+ * `src` is memory of the window's provider, readable for `len` bytes until the copy
+ * completes. Every operand's `window` is NULL or a window not yet released, and the
+ * operand's bytes lie inside it; `opts` is NULL or points to a readable
+ * `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_put_signal(const void *src,
                                     size_t len,
@@ -625,6 +745,10 @@ SymmwinStatus symmwin_op_put_signal(const void *src,
 
 /**
  * Wait for `peer`'s `symmwin_op_put_signal` on window `w`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `opts` is NULL or points to a readable `SymmwinOpOptions`.
  */
 SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
                                      int peer,
@@ -634,6 +758,13 @@ SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
  * Tile reduce: rank `roots[i]` receives the reduction over all ranks of `ins[i]` in
  * its `out`. Tiles are `rows` x `cols` elements of type `elem` (`SYMMWIN_ELEM_*`),
  * rows `row_stride` elements apart; `reduce_op` is `"sum"`.
+ *
+ * # Safety
+ * `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n` ints;
+ * `reduce_op` is NULL or a NUL-terminated string. Every operand's `window` is NULL or
+ * a window not yet released, and the operand's bytes lie inside it; `opts` is NULL or
+ * points to a readable `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of
+ * the windows' device.
  */
 SymmwinStatus symmwin_op_tile_reduce(const SymmwinOperand *ins,
                                      size_t n,
@@ -651,6 +782,10 @@ SymmwinStatus symmwin_op_tile_reduce(const SymmwinOperand *ins,
  * `device` (-1 for host memory), and `ptr`'s byte offset in each rank's slot;
  * `SYMMWIN_NOT_FOUND` when there is none yet. Never collective. Release the window
  * with `symmwin_window_release`.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string. `out` and `offset` are NULL or point to
+ * writable storage. `ptr` is only compared with live allocations, never read.
  */
 SymmwinStatus symmwin_window_existing(void *ptr,
                                       const char *name,
@@ -661,12 +796,20 @@ SymmwinStatus symmwin_window_existing(void *ptr,
 /**
  * Reach the peers that windows of group `name` on `device` cannot map through
  * `remote` (the group's process group). Takes ownership of `remote` in every case.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string. `remote` holds callbacks that honour the
+ * `SymmwinRemote` contract.
  */
 SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemote remote);
 
 /**
  * Write 1 into `out[r]` for every rank `r` whose memory the window maps, else 0
  * (`len` must be at least the world size). Returns `SYMMWIN_OK`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `out` is NULL or has room for `len` bytes.
  */
 SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
 

@@ -58,8 +58,12 @@ pub const SYMMWIN_ELEM_F16: c_int = 2;
 /// Tile element type: bfloat16.
 pub const SYMMWIN_ELEM_BF16: c_int = 3;
 
-fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
-    let h = window_arg(op.window)?;
+/// # Safety
+/// `op.window` is NULL or a live window from `symmwin_rendezvous`, not released
+/// while the operand is used.
+unsafe fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
+    // SAFETY: the window pointer meets this function's contract.
+    let h = unsafe { window_arg(op.window) }?;
     Ok(Operand {
         window: &h.window,
         offset: op.offset,
@@ -68,7 +72,9 @@ fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
     })
 }
 
-fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
+/// # Safety
+/// `opts` is NULL or points to a readable `SymmwinOpOptions`.
+unsafe fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
     // SAFETY: a non-null options pointer points to a SymmwinOpOptions of the caller.
     let Some(o) = (unsafe { opts.as_ref() }) else {
         return Ok(OpOptions::default());
@@ -100,6 +106,11 @@ fn ok(r: symmwin::Result<()>) -> symmwin::Result<SymmwinStatus> {
 }
 
 /// Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+///
+/// # Safety
+/// Every operand's `window` is NULL or a window not yet released, and the operand's
+/// bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+/// `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_all_to_all(
     input: SymmwinOperand,
@@ -107,10 +118,11 @@ pub unsafe extern "C" fn symmwin_op_all_to_all(
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         ok(collective::all_to_all(
-            operand(&input)?,
-            operand(&out)?,
-            &options(opts)?,
+            unsafe { operand(&input) }?,
+            unsafe { operand(&out) }?,
+            &unsafe { options(opts) }?,
         ))
     })
 }
@@ -118,6 +130,11 @@ pub unsafe extern "C" fn symmwin_op_all_to_all(
 /// The all-to-all-v family (`shape` is one of `SYMMWIN_A2A_*`); `splits` is
 /// `in_splits` (`in_splits_offsets` for combine). Rows count dim 0 of `row_bytes`
 /// bytes; `major_align` is used by dispatch only and must be positive there.
+///
+/// # Safety
+/// Every operand's `window` is NULL or a window not yet released, and the operand's
+/// bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+/// `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn symmwin_op_all_to_all_v(
@@ -157,19 +174,25 @@ pub unsafe extern "C" fn symmwin_op_all_to_all_v(
             in_rows,
             out_rows,
         };
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         ok(collective::all_to_all_v(
             shape,
-            operand(&input)?,
-            operand(&out)?,
-            operand(&splits)?,
-            operand(&out_splits_offsets)?,
+            unsafe { operand(&input) }?,
+            unsafe { operand(&out) }?,
+            unsafe { operand(&splits) }?,
+            unsafe { operand(&out_splits_offsets) }?,
             rows,
-            &options(opts)?,
+            &unsafe { options(opts) }?,
         ))
     })
 }
 
 /// Broadcast `root`'s `buf` to every rank.
+///
+/// # Safety
+/// Every operand's `window` is NULL or a window not yet released, and the operand's
+/// bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+/// `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_broadcast(
     buf: SymmwinOperand,
@@ -177,14 +200,21 @@ pub unsafe extern "C" fn symmwin_op_broadcast(
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let b = operand(&buf)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let b = unsafe { operand(&buf) }?;
         let root = rank_arg(root, b.window.world())?;
-        ok(collective::broadcast(b, root, &options(opts)?))
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        ok(collective::broadcast(b, root, &unsafe { options(opts) }?))
     })
 }
 
 /// One-sided copy of this rank's `buf` into `peer`'s (`into_peer` non-zero: put) or
 /// of `peer`'s into this rank's (get).
+///
+/// # Safety
+/// Every operand's `window` is NULL or a window not yet released, and the operand's
+/// bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+/// `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_put_get(
     buf: SymmwinOperand,
@@ -193,18 +223,22 @@ pub unsafe extern "C" fn symmwin_op_put_get(
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let b = operand(&buf)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let b = unsafe { operand(&buf) }?;
         let peer = rank_arg(peer, b.window.world())?;
-        ok(collective::put_or_get(
-            b,
-            peer,
-            into_peer != 0,
-            &options(opts)?,
-        ))
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        ok(collective::put_or_get(b, peer, into_peer != 0, &unsafe {
+            options(opts)
+        }?))
     })
 }
 
 /// Put `buf` to `peer`, then set `peer`'s 64-bit `sig` to `value`.
+///
+/// # Safety
+/// Every operand's `window` is NULL or a window not yet released, and the operand's
+/// bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
+/// `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_put_with_signal(
     buf: SymmwinOperand,
@@ -214,14 +248,16 @@ pub unsafe extern "C" fn symmwin_op_put_with_signal(
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let b = operand(&buf)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let b = unsafe { operand(&buf) }?;
         let peer = rank_arg(peer, b.window.world())?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         ok(collective::put_with_signal(
             b,
-            operand(&sig)?,
+            unsafe { operand(&sig) }?,
             value,
             peer,
-            &options(opts)?,
+            &unsafe { options(opts) }?,
         ))
     })
 }
@@ -230,6 +266,11 @@ pub unsafe extern "C" fn symmwin_op_put_with_signal(
 /// `value` (sent by `peer` to this process's world rank `rank`, both named in a
 /// timeout error), then zero it. `word` must be a live, 8-byte aligned
 /// word of that memory (a signal pad or a symmetric tensor).
+///
+/// # Safety
+/// `word` is a live, 8-byte aligned word of memory of `device` (a signal pad or a
+/// symmetric tensor) that stays mapped until the wait ends; `opts` is NULL or points to
+/// a readable `SymmwinOpOptions`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_wait_for_signal(
     word: *mut c_void,
@@ -245,7 +286,8 @@ pub unsafe extern "C" fn symmwin_op_wait_for_signal(
         let peer = usize::try_from(peer).map_err(|_| {
             symmwin::Error::invalid(format!("peer {peer} is negative")).at_rank(rank)
         })?;
-        let opts = options(opts)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let opts = unsafe { options(opts) }?;
         let provider = provider(device)?;
         let config = config()?;
         let timeout = opts.timeout.unwrap_or_else(|| {
@@ -268,6 +310,12 @@ pub unsafe extern "C" fn symmwin_op_wait_for_signal(
 
 /// Copy `len` bytes at `src` into `peer`'s `dst`, then signal `peer` on channel 0.
 /// `src` must be memory of the window's provider, readable for `len` bytes.
+///
+/// # Safety
+/// `src` is memory of the window's provider, readable for `len` bytes until the copy
+/// completes. Every operand's `window` is NULL or a window not yet released, and the
+/// operand's bytes lie inside it; `opts` is NULL or points to a readable
+/// `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of the windows' device.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_put_signal(
     src: *const c_void,
@@ -280,7 +328,8 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
         if src.is_null() && len > 0 {
             return Err(symmwin::Error::invalid("put_signal: src is NULL"));
         }
-        let d = operand(&dst)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let d = unsafe { operand(&dst) }?;
         let peer = rank_arg(peer, d.window.world())?;
         // SAFETY: the caller guarantees `src..src+len` is readable memory of the
         // window's provider that outlives the op.
@@ -289,6 +338,10 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
 }
 
 /// Wait for `peer`'s `symmwin_op_put_signal` on window `w`.
+///
+/// # Safety
+/// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+/// is not yet released. `opts` is NULL or points to a readable `SymmwinOpOptions`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_wait_signal(
     w: *const SymmwinWindow,
@@ -296,15 +349,26 @@ pub unsafe extern "C" fn symmwin_op_wait_signal(
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let h = window_arg(w)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let h = unsafe { window_arg(w) }?;
         let peer = rank_arg(peer, h.window.world())?;
-        ok(collective::wait_signal(&h.window, peer, &options(opts)?))
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        ok(collective::wait_signal(&h.window, peer, &unsafe {
+            options(opts)
+        }?))
     })
 }
 
 /// Tile reduce: rank `roots[i]` receives the reduction over all ranks of `ins[i]` in
 /// its `out`. Tiles are `rows` x `cols` elements of type `elem` (`SYMMWIN_ELEM_*`),
 /// rows `row_stride` elements apart; `reduce_op` is `"sum"`.
+///
+/// # Safety
+/// `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n` ints;
+/// `reduce_op` is NULL or a NUL-terminated string. Every operand's `window` is NULL or
+/// a window not yet released, and the operand's bytes lie inside it; `opts` is NULL or
+/// points to a readable `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of
+/// the windows' device.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn symmwin_op_tile_reduce(
@@ -330,11 +394,13 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
                 std::slice::from_raw_parts(roots, n),
             )
         };
-        let o = operand(&out)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let o = unsafe { operand(&out) }?;
         let world = o.window.world();
         let ins = ins
             .iter()
-            .map(operand)
+            // SAFETY: every input operand's window meets this entry point's contract.
+            .map(|op| unsafe { operand(op) })
             .collect::<symmwin::Result<Vec<_>>>()?;
         let roots = roots
             .iter()
@@ -359,13 +425,14 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
             row_stride,
             elem,
         };
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         ok(collective::tile_reduce(
             &ins,
             &roots,
             o,
             tile,
             op,
-            &options(opts)?,
+            &unsafe { options(opts) }?,
         ))
     })
 }
@@ -374,6 +441,10 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
 /// `device` (-1 for host memory), and `ptr`'s byte offset in each rank's slot;
 /// `SYMMWIN_NOT_FOUND` when there is none yet. Never collective. Release the window
 /// with `symmwin_window_release`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string. `out` and `offset` are NULL or point to
+/// writable storage. `ptr` is only compared with live allocations, never read.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_existing(
     ptr: *mut c_void,
@@ -385,8 +456,10 @@ pub unsafe extern "C" fn symmwin_window_existing(
     guard(|| {
         // SAFETY: a NUL-terminated string from the caller.
         let name = unsafe { str_arg(name, "group name") }?;
-        let out = out_arg(out, "out")?;
-        let offset = out_arg(offset, "offset")?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let out = unsafe { out_arg(out, "out") }?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let offset = unsafe { out_arg(offset, "offset") }?;
         match REGISTRY.existing_window(ptr as usize, name, device) {
             Some((window, at)) => {
                 *offset = at;

@@ -237,6 +237,10 @@ impl RemotePeers for CallbackRemote {
 
 /// Reach the peers that windows of group `name` on `device` cannot map through
 /// `remote` (the group's process group). Takes ownership of `remote` in every case.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string. `remote` holds callbacks that honour the
+/// `SymmwinRemote` contract.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_group_set_remote(
     name: *const c_char,
@@ -257,6 +261,10 @@ pub unsafe extern "C" fn symmwin_group_set_remote(
 
 /// Write 1 into `out[r]` for every rank `r` whose memory the window maps, else 0
 /// (`len` must be at least the world size). Returns `SYMMWIN_OK`.
+///
+/// # Safety
+/// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+/// is not yet released. `out` is NULL or has room for `len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_window_mapped(
     w: *const crate::SymmwinWindow,
@@ -264,7 +272,8 @@ pub unsafe extern "C" fn symmwin_window_mapped(
     len: usize,
 ) -> crate::SymmwinStatus {
     crate::guard(|| {
-        let h = crate::window_arg(w)?;
+        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+        let h = unsafe { crate::window_arg(w) }?;
         let world = h.window.world();
         if out.is_null() || len < world {
             return Err(symmwin::Error::invalid(format!(

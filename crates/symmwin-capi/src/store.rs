@@ -8,11 +8,37 @@ use symmwin::{Error, ErrorKind, Phase, Store};
 /// Receives a value from `try_get`.
 pub type SymmwinSink = unsafe extern "C" fn(sink: *mut c_void, value: *const u8, len: usize);
 
+/// Where a failing store callback says why (the store's own exception text, e.g. a
+/// socket timeout or a dead server): the core adds it to its error. NUL-terminated;
+/// left empty when the callback has nothing to say.
+#[repr(C)]
+pub struct SymmwinStoreError {
+    /// The store's message, NUL-terminated (cut to fit).
+    pub message: [c_char; 1024],
+}
+
+impl SymmwinStoreError {
+    fn empty() -> Self {
+        SymmwinStoreError { message: [0; 1024] }
+    }
+
+    /// The message, when the callback wrote one.
+    fn text(&self) -> Option<String> {
+        let bytes: Vec<u8> = self
+            .message
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
 /// Store callbacks. Each returns 0 on success and non-zero on failure, except
 /// `try_get`: 1 found (value passed to `sink`), 0 missing, negative on failure, and
 /// `wait_all`: 1 all found (each value passed to `sink`, in key order), 0 not all
-/// there by the timeout, negative on failure. `wait_all` may be NULL (the core then
-/// polls `try_get`). The callbacks may be called from any thread; `release` is called
+/// there by the timeout, negative on failure. A failing callback may say why in its
+/// last argument (never NULL). `wait_all` may be NULL (the core then polls `try_get`). The callbacks may be called from any thread; `release` is called
 /// once, last.
 #[repr(C)]
 pub struct SymmwinStore {
@@ -25,6 +51,7 @@ pub struct SymmwinStore {
             key: *const c_char,
             value: *const u8,
             len: usize,
+            error: *mut SymmwinStoreError,
         ) -> c_int,
     >,
     /// Look `key` up without blocking.
@@ -34,6 +61,7 @@ pub struct SymmwinStore {
             key: *const c_char,
             sink: SymmwinSink,
             sink_ctx: *mut c_void,
+            error: *mut SymmwinStoreError,
         ) -> c_int,
     >,
     /// Add `delta` to the counter at `key`, storing the result in `*out`.
@@ -43,10 +71,17 @@ pub struct SymmwinStore {
             key: *const c_char,
             delta: i64,
             out: *mut i64,
+            error: *mut SymmwinStoreError,
         ) -> c_int,
     >,
     /// Delete `key`.
-    pub remove: Option<unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char) -> c_int>,
+    pub remove: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            key: *const c_char,
+            error: *mut SymmwinStoreError,
+        ) -> c_int,
+    >,
     /// Free `ctx`.
     pub release: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
     /// Who serves the store, for error messages (e.g. "TCPStore at host:29500, hosted
@@ -65,6 +100,7 @@ pub struct SymmwinStore {
             timeout_ms: u64,
             sink: SymmwinSink,
             sink_ctx: *mut c_void,
+            error: *mut SymmwinStoreError,
         ) -> c_int,
     >,
 }
@@ -132,14 +168,22 @@ fn key(k: &str) -> symmwin::Result<CString> {
     CString::new(k).map_err(|_| Error::invalid(format!("store key {k:?} contains NUL")))
 }
 
-fn failed(what: &str, key: &str, describe: &Option<String>) -> Error {
+/// A failed callback: which call, on which key, who serves the store and, when the
+/// callback said, the store's own reason.
+fn failed(what: &str, key: &str, describe: &Option<String>, error: &SymmwinStoreError) -> Error {
     let host = describe
         .as_ref()
         .map(|d| format!(" ({d})"))
         .unwrap_or_default();
+    let reason = error
+        .text()
+        .map(|r| format!(" (c10d store: {what}({key}): {r})"))
+        .unwrap_or_default();
     Error::new(
         Phase::Publish,
-        ErrorKind::Store(format!("{what}({key}) failed in the c10d store{host}")),
+        ErrorKind::Store(format!(
+            "{what}({key}) failed in the c10d store{host}{reason}"
+        )),
     )
 }
 
@@ -190,8 +234,9 @@ impl Store for CallbackStore {
         let timeout_ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .clamp(1, u64::from(u32::MAX));
-        // SAFETY: the callback contract of SymmwinStore; the keys and `values` outlive
-        // the call, and `collect_each` appends one value per call.
+        let mut error = SymmwinStoreError::empty();
+        // SAFETY: the callback contract of SymmwinStore; the keys, `values` and `error`
+        // outlive the call, and `collect_each` appends one value per call.
         let rc = unsafe {
             f(
                 cb.0.ctx,
@@ -200,6 +245,7 @@ impl Store for CallbackStore {
                 timeout_ms,
                 collect_each,
                 &mut values as *mut Vec<Vec<u8>> as *mut c_void,
+                &mut error,
             )
         };
         match rc {
@@ -210,6 +256,7 @@ impl Store for CallbackStore {
                 "wait_all",
                 keys.first().map_or("", String::as_str),
                 &self.describe,
+                &error,
             )),
         }
     }
@@ -218,10 +265,20 @@ impl Store for CallbackStore {
         let cb = self.callbacks()?;
         let f = cb.0.set.ok_or_else(|| missing("set"))?;
         let ck = key(k)?;
-        // SAFETY: the callback contract of SymmwinStore; the key and value outlive the call.
-        match unsafe { f(cb.0.ctx, ck.as_ptr(), value.as_ptr(), value.len()) } {
+        let mut error = SymmwinStoreError::empty();
+        // SAFETY: the callback contract of SymmwinStore; the key, value and `error`
+        // outlive the call.
+        match unsafe {
+            f(
+                cb.0.ctx,
+                ck.as_ptr(),
+                value.as_ptr(),
+                value.len(),
+                &mut error,
+            )
+        } {
             0 => Ok(()),
-            _ => Err(failed("set", k, &self.describe)),
+            _ => Err(failed("set", k, &self.describe, &error)),
         }
     }
 
@@ -230,6 +287,7 @@ impl Store for CallbackStore {
         let f = cb.0.try_get.ok_or_else(|| missing("try_get"))?;
         let ck = key(k)?;
         let mut value = Vec::new();
+        let mut error = SymmwinStoreError::empty();
         // SAFETY: as for set; `collect` appends to `value`, which outlives the call.
         let rc = unsafe {
             f(
@@ -237,12 +295,13 @@ impl Store for CallbackStore {
                 ck.as_ptr(),
                 collect,
                 &mut value as *mut Vec<u8> as *mut c_void,
+                &mut error,
             )
         };
         match rc {
             1 => Ok(Some(value)),
             0 => Ok(None),
-            _ => Err(failed("get", k, &self.describe)),
+            _ => Err(failed("get", k, &self.describe, &error)),
         }
     }
 
@@ -251,10 +310,11 @@ impl Store for CallbackStore {
         let f = cb.0.add.ok_or_else(|| missing("add"))?;
         let ck = key(k)?;
         let mut out = 0i64;
+        let mut error = SymmwinStoreError::empty();
         // SAFETY: as for set; `out` outlives the call.
-        match unsafe { f(cb.0.ctx, ck.as_ptr(), delta, &mut out) } {
+        match unsafe { f(cb.0.ctx, ck.as_ptr(), delta, &mut out, &mut error) } {
             0 => Ok(out),
-            _ => Err(failed("add", k, &self.describe)),
+            _ => Err(failed("add", k, &self.describe, &error)),
         }
     }
 
@@ -262,10 +322,11 @@ impl Store for CallbackStore {
         let cb = self.callbacks()?;
         let f = cb.0.remove.ok_or_else(|| missing("remove"))?;
         let ck = key(k)?;
+        let mut error = SymmwinStoreError::empty();
         // SAFETY: as for set.
-        match unsafe { f(cb.0.ctx, ck.as_ptr()) } {
+        match unsafe { f(cb.0.ctx, ck.as_ptr(), &mut error) } {
             0 => Ok(()),
-            _ => Err(failed("delete", k, &self.describe)),
+            _ => Err(failed("delete", k, &self.describe, &error)),
         }
     }
 

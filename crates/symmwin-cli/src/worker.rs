@@ -6,8 +6,7 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use symmwin::provider::cuda::CudaProvider;
-use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Window};
+use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, Provider, Window};
 use symmwin::{SignalOptions, Stream};
 
 use crate::failure::Failure;
@@ -107,9 +106,12 @@ pub fn make_provider(
     config: &Config,
 ) -> symmwin::Result<Arc<dyn Provider>> {
     let cuda_devices = || symmwin::provider::cuda::device_count().unwrap_or(0);
+    let host = -1;
     match choice {
-        ProviderChoice::Host => Ok(Arc::new(HostProvider::new())),
-        ProviderChoice::Auto if cuda_devices() == 0 => Ok(Arc::new(HostProvider::new())),
+        ProviderChoice::Host => symmwin::provider_for_device(host, config.handle),
+        ProviderChoice::Auto if cuda_devices() == 0 => {
+            symmwin::provider_for_device(host, config.handle)
+        }
         ProviderChoice::Auto | ProviderChoice::Cuda => {
             let n = symmwin::provider::cuda::device_count()?;
             if n == 0 {
@@ -118,10 +120,7 @@ pub fn make_provider(
                     symmwin::ErrorKind::NoDriver("no CUDA device".into()),
                 ));
             }
-            Ok(Arc::new(CudaProvider::new(
-                (rank % n as usize) as i32,
-                config.handle,
-            )?))
+            symmwin::provider_for_device((rank % n as usize) as i32, config.handle)
         }
     }
 }

@@ -49,8 +49,10 @@ impl fmt::Display for Phase {
     }
 }
 
-/// What went wrong, without the rank/phase/peer context.
+/// What went wrong, without the rank/phase/peer context. New kinds may be added:
+/// match with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The CUDA driver library could not be loaded or has no device.
     #[error("no CUDA driver: {0}")]
@@ -124,22 +126,28 @@ pub enum ErrorKind {
     /// the process must exit. Reported by every later call that reaches the device.
     #[error("{0}")]
     ContextLost(Box<crate::device_timeout::DeviceTimeout>),
+    /// A bug inside symmwin: state it guards was left inconsistent (a lock poisoned by
+    /// a panic on another thread).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
-/// An error with the context needed to act on it in a multi-process job.
+/// An error with the context needed to act on it in a multi-process job. Built with
+/// [`Error::new`] and the `at_rank` / `with_peer` / `in_group` builders; read with the
+/// accessors.
 #[derive(Debug, thiserror::Error)]
 pub struct Error {
     /// Rank of the process that reports the error, if it belongs to a group.
-    pub rank: Option<usize>,
+    rank: Option<usize>,
     /// Protocol step.
-    pub phase: Phase,
+    phase: Phase,
     /// Peer involved, if any.
-    pub peer: Option<usize>,
+    peer: Option<usize>,
     /// What went wrong.
     #[source]
-    pub kind: ErrorKind,
+    kind: ErrorKind,
     /// The subgroup the ranks above belong to, when its ranks are not the global ones.
-    pub group: Option<Box<GroupLabel>>,
+    group: Option<Box<GroupLabel>>,
 }
 
 /// Names a subgroup in an error, so group ranks can be told from global ranks.
@@ -245,6 +253,48 @@ impl Error {
                 global_ranks: global_ranks.into(),
             }));
         }
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// What went wrong, to add detail a lower layer could not know.
+    pub(crate) fn kind_mut(&mut self) -> &mut ErrorKind {
+        &mut self.kind
+    }
+
+    /// What went wrong, taking the error apart.
+    pub fn into_kind(self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The protocol step during which it happened.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Rank of the process that reports the error, if it belongs to a group.
+    pub fn rank(&self) -> Option<usize> {
+        self.rank
+    }
+
+    /// Peer involved, if any.
+    pub fn peer(&self) -> Option<usize> {
+        self.peer
+    }
+
+    /// The subgroup the ranks belong to, when its ranks are not the global ones.
+    pub fn group(&self) -> Option<&GroupLabel> {
+        self.group.as_deref()
+    }
+
+    /// Name the protocol step of an error raised by a layer that cannot know it (a
+    /// store call serves both publish and gather).
+    pub(crate) fn during(mut self, phase: Phase) -> Self {
+        self.phase = phase;
         self
     }
 

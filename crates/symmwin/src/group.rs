@@ -286,7 +286,7 @@ impl Group {
         self.shared.state.lock().map_err(|_| {
             Error::new(
                 Phase::Gather,
-                crate::error::ErrorKind::InvalidArgument(
+                crate::error::ErrorKind::Internal(
                     "an earlier rendezvous on this group panicked".into(),
                 ),
             )

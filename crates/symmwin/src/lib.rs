@@ -31,6 +31,7 @@
 
 pub mod allocation;
 pub mod config;
+mod device_provider;
 pub mod device_timeout;
 pub mod error;
 pub(crate) mod exchange;
@@ -57,6 +58,7 @@ pub(crate) mod window_cache;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference};
+pub use device_provider::provider_for_device;
 pub use device_timeout::DeviceTimeout;
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use exchange::{remove_own_sockets, ExchangeCounts};

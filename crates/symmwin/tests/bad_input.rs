@@ -245,7 +245,7 @@ fn err<T>(r: symmwin::Result<T>) -> String {
     match r {
         Ok(_) => "UNEXPECTED SUCCESS".into(),
         Err(e) => {
-            let peer = e.peer.map(|p| format!(" (peer={p})")).unwrap_or_default();
+            let peer = e.peer().map(|p| format!(" (peer={p})")).unwrap_or_default();
             format!("{e}{peer}")
         }
     }

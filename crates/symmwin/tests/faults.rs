@@ -138,15 +138,15 @@ fn message_names(message: &str, victim: usize) -> bool {
 fn report(err: &Error, victim: usize, started: Instant) -> String {
     // Named as the peer, as the one rank a timeout waited for, or (when several peers
     // were unreachable, the first survivors to notice having left already) among them.
-    let named = err.peer == Some(victim)
-        || matches!(&err.kind, ErrorKind::Timeout { missing, .. } if missing == &[victim])
-        || matches!(&err.kind, ErrorKind::PeerLost(m) if message_names(m, victim));
+    let named = err.peer() == Some(victim)
+        || matches!(err.kind(), ErrorKind::Timeout { missing, .. } if missing == &[victim])
+        || matches!(err.kind(), ErrorKind::PeerLost(m) if message_names(m, victim));
     format!(
         "at={} elapsed={:.3} phase={} peer={:?} named={named} timeout={} msg={err}",
         unix_ms(),
         started.elapsed().as_secs_f64(),
-        err.phase,
-        err.peer,
+        err.phase(),
+        err.peer(),
         err.is_timeout(),
     )
 }

@@ -226,7 +226,7 @@ fn fuzz_request_decoder_and_validate() {
             Err(e) => {
                 let text = e.to_string();
                 prop_assert!(text.contains("corrupt store value for key symmwin/g/3/req/1"));
-                prop_assert_eq!(e.peer, Some(1));
+                prop_assert_eq!(e.peer(), Some(1));
             }
         }
         Ok(())

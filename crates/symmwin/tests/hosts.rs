@@ -172,7 +172,7 @@ fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
         window.read(partner, 0, &mut seen).unwrap();
         let far = (rank + 2) % 4;
         let err = window.ptr(far).unwrap_err();
-        assert_eq!(err.peer, Some(far), "{err}");
+        assert_eq!(err.peer(), Some(far), "{err}");
         assert!(window.read(far, 0, &mut [0u8; 1]).is_err());
         (
             window.mapped_ranks(),
@@ -253,7 +253,7 @@ fn signals_across_hosts_go_through_the_remote_backend() {
             )
             .unwrap_err();
         assert!(late.is_timeout(), "{late}");
-        assert_eq!(late.peer, Some(far));
+        assert_eq!(late.peer(), Some(far));
         // The channel must fit the pad for a remote peer as for a local one.
         assert!(window
             .put_signal(far, SignalOptions::channel(1 << 20))
@@ -276,8 +276,8 @@ fn a_spanning_barrier_without_a_backend_is_a_clear_error() {
         window.barrier(SignalOptions::default()).unwrap_err()
     });
     for (rank, err) in results.into_iter().enumerate() {
-        assert!(matches!(err.kind, ErrorKind::Unsupported(_)), "{err}");
-        assert_eq!(err.peer, Some(1 - rank));
+        assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
+        assert_eq!(err.peer(), Some(1 - rank));
         assert!(err.to_string().contains("process-group backend"), "{err}");
     }
 }
@@ -362,7 +362,7 @@ fn ops_that_reach_unmapped_ranks_are_refused_before_they_run() {
     for (rank, (collective_err, one_sided_err, first)) in results.into_iter().enumerate() {
         let far: Vec<usize> = if rank < 2 { vec![2, 3] } else { vec![0, 1] };
         assert!(
-            matches!(collective_err.kind, ErrorKind::Unsupported(_)),
+            matches!(collective_err.kind(), ErrorKind::Unsupported(_)),
             "{collective_err}"
         );
         let text = collective_err.to_string();

@@ -186,7 +186,7 @@ fn mismatch(rank: usize, world: usize) -> String {
     let alloc = Allocation::new(provider, 4096 * (1 + usize::from(rank == 1))).unwrap();
     let err = group.rendezvous(&alloc).unwrap_err();
     assert!(
-        matches!(err.kind, ErrorKind::Mismatch { field: "size", .. }),
+        matches!(err.kind(), ErrorKind::Mismatch { field: "size", .. }),
         "{err}"
     );
     err.to_string()
@@ -289,8 +289,8 @@ fn signals(rank: usize, world: usize) -> String {
     window.barrier(SignalOptions::default()).unwrap();
     format!(
         "nonzero={nonzero} timeout_peer={:?} bad_channel={}",
-        err.peer,
-        matches!(bad_channel.kind, ErrorKind::InvalidArgument(_))
+        err.peer(),
+        matches!(bad_channel.kind(), ErrorKind::InvalidArgument(_))
     )
 }
 

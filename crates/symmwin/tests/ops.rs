@@ -140,7 +140,7 @@ fn overflow(rank: usize, world: usize) -> String {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    let peer = outcome.as_ref().err().and_then(|e| e.peer);
+    let peer = outcome.as_ref().err().and_then(|e| e.peer());
     // The group is still in step.
     let ones: Vec<u8> = (0..world).flat_map(|_| 1i64.to_ne_bytes()).collect();
     w.write(rank, splits, &ones).unwrap();

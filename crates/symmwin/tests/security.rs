@@ -164,7 +164,7 @@ fn logged(rank: usize, world: usize) -> String {
         ("timeout", &timeout),
         ("corrupt", &corrupt),
     ] {
-        show(what, format!("{e} | {e:?} | {:?}", e.kind));
+        show(what, format!("{e} | {e:?} | {:?}", e.kind()));
     }
     show("request", format!("{:?}", store.request_of(0)));
     show("request", format!("{:?}", store.request_of(1)));

@@ -90,7 +90,7 @@ fn threads(
 fn no_driver() {
     match CudaProvider::new(0, HandlePreference::Auto) {
         Err(e)
-            if matches!(e.kind, symmwin::ErrorKind::NoDriver(_))
+            if matches!(e.kind(), symmwin::ErrorKind::NoDriver(_))
                 && !PathBuf::from("/dev/nvidiactl").exists() =>
         {
             assert_quoted(&e.to_string())

@@ -26,7 +26,7 @@ pub(super) fn most_likely_lost(round: &Round<'_>, mut lost: Vec<(usize, Error)>)
     if !lost.is_empty() {
         let mut others: Vec<usize> = lost.iter().map(|(peer, _)| *peer).collect();
         others.sort_unstable();
-        if let ErrorKind::PeerLost(message) = &mut error.kind {
+        if let ErrorKind::PeerLost(message) = error.kind_mut() {
             message.push_str(&format!(" (also unreachable: rank(s) {others:?})"));
         }
     }

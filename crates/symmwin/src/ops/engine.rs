@@ -30,7 +30,7 @@ impl Engine {
         match std::env::var(ENGINE_ENV) {
             Ok(value) => value
                 .parse()
-                .map_err(|e: Error| Error::invalid(format!("{ENGINE_ENV}: {}", e.kind))),
+                .map_err(|e: Error| Error::invalid(format!("{ENGINE_ENV}: {}", e.kind()))),
             Err(std::env::VarError::NotPresent) => Ok(Engine::Auto),
             Err(std::env::VarError::NotUnicode(_)) => {
                 Err(Error::invalid(format!("{ENGINE_ENV} is not UTF-8")))
@@ -43,7 +43,7 @@ impl Engine {
     pub fn process_default() -> Result<Engine> {
         // Keep the reason alone: `Error::invalid` adds the prefix again.
         static DEFAULT: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
-        let reason = |e: Error| match e.kind {
+        let reason = |e: Error| match e.into_kind() {
             ErrorKind::InvalidArgument(reason) => reason,
             other => other.to_string(),
         };

@@ -232,7 +232,7 @@ mod tests {
     fn negative_splits_name_the_sender() {
         let tables = vec![vec![1, 1], vec![1, -3]];
         let e = plan(Shape::Flat, &tables, 1, 1).unwrap_err();
-        assert_eq!(e.peer, Some(1));
+        assert_eq!(e.peer(), Some(1));
         assert!(e.to_string().contains("-3"), "{e}");
     }
 }

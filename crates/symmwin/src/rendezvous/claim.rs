@@ -68,29 +68,29 @@ fn duplicate_key(shared: &GroupShared, seq: u64) -> String {
 /// store shows one (our own key overwritten, or a peer's request from a dead pid).
 pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
     if !matches!(
-        error.kind,
+        error.kind(),
         ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_)
     ) {
         return error;
     }
     let deadline = Instant::now() + EXPLAIN_LIMIT;
-    let lookup = |key: &str| read(shared, key, deadline, error.phase).ok().flatten();
+    let lookup = |key: &str| read(shared, key, deadline, error.phase()).ok().flatten();
     let own_key = shared.namespace.request(seq, shared.rank);
     if let Some(found) =
         lookup(&own_key).and_then(|b| other_request(shared, &own_key, shared.rank, &b))
     {
-        return blame(shared, &found, shared.rank, error.phase);
+        return blame(shared, &found, shared.rank, error.phase());
     }
     let marker = duplicate_key(shared, seq);
     if let Some(pid) = lookup(&marker).and_then(|v| String::from_utf8(v).ok()?.parse().ok()) {
         let found = Found { pid, alive: true };
-        return blame(shared, &found, shared.rank, error.phase);
+        return blame(shared, &found, shared.rank, error.phase());
     }
-    if let Some(peer) = error.peer {
+    if let Some(peer) = error.peer() {
         let key = shared.namespace.request(seq, peer);
         if let Some(found) = lookup(&key).and_then(|b| other_request(shared, &key, peer, &b)) {
             if !found.alive {
-                return blame(shared, &found, peer, error.phase);
+                return blame(shared, &found, peer, error.phase());
             }
         }
     }

@@ -333,7 +333,7 @@ mod tests {
             ino: id.ino + 1,
         };
         let err = probe_socket(3, &path, other).unwrap_err();
-        assert_eq!(err.peer, Some(3));
+        assert_eq!(err.peer(), Some(3));
         assert!(err.to_string().contains("another directory"), "{err}");
 
         // A socket that is gone is the exchange's to report (it names the culprit).

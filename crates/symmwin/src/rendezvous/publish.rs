@@ -74,10 +74,7 @@ pub(super) fn publish(
         || format!("set({key})"),
         move |s| s.set(&owned, &encoded),
     )
-    .map_err(|e| Error {
-        phase: Phase::Publish,
-        ..e
-    })
+    .map_err(|e| e.during(Phase::Publish))
 }
 
 /// Wait for every rank's request of rendezvous `seq` (ours is `encoded`), decode and
@@ -192,7 +189,7 @@ mod tests {
     fn a_rank_that_disagrees_fails_the_gather_naming_the_field() {
         let (_, gathered) = gather_two("disagree", 200);
         let err = gathered.unwrap_err();
-        assert_eq!(err.phase, Phase::Gather);
+        assert_eq!(err.phase(), Phase::Gather);
         let text = err.to_string();
         assert!(text.contains("size"), "{text}");
         assert!(text.contains("200 on rank(s) [1]"), "{text}");
@@ -204,7 +201,7 @@ mod tests {
         let (keys, mut requests) = gathered.unwrap();
         requests[1].token = "not hex".into();
         let err = peer_addresses(&requests, &keys).unwrap_err();
-        assert_eq!(err.peer, Some(1));
+        assert_eq!(err.peer(), Some(1));
         assert!(err.to_string().contains(&keys[1]), "{err}");
     }
 }

@@ -184,7 +184,7 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
     agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|mut e| {
-        if let ErrorKind::Mismatch { detail, .. } = &mut e.kind {
+        if let ErrorKind::Mismatch { detail, .. } = e.kind_mut() {
             detail.push_str(
                 " (rendezvous calls answered None because the memory is not symmwin's: \
                  the rank(s) with the higher count skipped a rendezvous the others took \

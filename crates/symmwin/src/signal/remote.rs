@@ -128,7 +128,7 @@ fn first_cause<const N: usize>(results: [Result<()>; N]) -> Result<()> {
     let mut errors: Vec<Error> = results.into_iter().filter_map(|r| r.err()).collect();
     let lost = errors
         .iter()
-        .position(|e| matches!(e.kind, ErrorKind::PeerLost(_)));
+        .position(|e| matches!(e.kind(), ErrorKind::PeerLost(_)));
     match (lost, errors.is_empty()) {
         (_, true) => Ok(()),
         (Some(i), _) => Err(errors.swap_remove(i)),
@@ -302,7 +302,7 @@ mod tests {
             ))
         };
         assert_eq!(
-            first_cause([Ok(()), timeout(), lost()]).unwrap_err().peer,
+            first_cause([Ok(()), timeout(), lost()]).unwrap_err().peer(),
             Some(3)
         );
         assert!(first_cause([timeout(), Ok(())]).unwrap_err().is_timeout());
@@ -319,7 +319,7 @@ mod tests {
             },
             Duration::from_secs(1),
         );
-        assert_eq!(lost.peer, Some(3));
+        assert_eq!(lost.peer(), Some(3));
         assert!(lost.to_string().contains("rank 3"), "{lost}");
         let late = failure(
             RemoteFailure {

@@ -61,10 +61,7 @@ pub fn gather(
         .collect();
     let mut found = store
         .wait_all(&wanted, timeout)
-        .map_err(|e| Error {
-            phase: Phase::Gather,
-            ..e
-        })?
+        .map_err(|e| e.during(Phase::Gather))?
         .into_iter();
     let values: Vec<Option<Vec<u8>>> = (0..keys.len())
         .map(|i| {

@@ -542,7 +542,7 @@ mod tests {
             probe_device(0).map(drop).unwrap_err(),
             peer_access(0, 1).map(drop).unwrap_err(),
         ] {
-            assert!(matches!(err.kind, ErrorKind::NoDriver(_)), "{err}");
+            assert!(matches!(err.kind(), ErrorKind::NoDriver(_)), "{err}");
         }
     }
 
@@ -599,7 +599,7 @@ mod tests {
         println!("{}", serde_json::to_string(&report).unwrap());
         assert!(peer_access(0, 0).unwrap());
         let bad = probe_device(device_count().unwrap()).unwrap_err();
-        assert!(matches!(bad.kind, ErrorKind::InvalidArgument(_)), "{bad}");
+        assert!(matches!(bad.kind(), ErrorKind::InvalidArgument(_)), "{bad}");
     }
 
     #[test]
@@ -611,7 +611,7 @@ mod tests {
             Ok(p) => assert_eq!(p.info().handle_type, HandleType::Fabric),
             Err(e) => {
                 println!("fabric: {e}");
-                assert!(matches!(e.kind, ErrorKind::Unsupported(_)), "{e}");
+                assert!(matches!(e.kind(), ErrorKind::Unsupported(_)), "{e}");
             }
         }
     }
@@ -673,7 +673,7 @@ mod tests {
         let second = Duration::from_secs(1);
         if !kernels_built() {
             let err = signals.put(&pads(0), 1, 0, second, 0).unwrap_err();
-            assert!(matches!(err.kind, ErrorKind::Unsupported(_)), "{err}");
+            assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
             return;
         }
         // Put then wait, in order on the legacy stream.

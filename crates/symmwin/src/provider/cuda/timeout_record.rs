@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(t.limit, Duration::from_secs(1));
         let err = lost_error(&t);
         assert_eq!(
-            (err.rank, err.peer, err.phase),
+            (err.rank(), err.peer(), err.phase()),
             (Some(2), Some(10), Phase::Signal)
         );
         assert!(err.is_context_lost() && !err.is_timeout());

@@ -169,7 +169,7 @@ fn timeout_child() {
     let elapsed = start.elapsed();
     println!("synchronize failed after {elapsed:?}: {err}");
     assert!(elapsed < limit + Duration::from_secs(1), "{elapsed:?}");
-    let ErrorKind::ContextLost(timeout) = &err.kind else {
+    let ErrorKind::ContextLost(timeout) = err.kind() else {
         panic!("not a lost context: {err}");
     };
     assert_eq!(
@@ -181,7 +181,7 @@ fn timeout_child() {
         timeout.waited >= limit && timeout.limit == limit,
         "{timeout:?}"
     );
-    assert_eq!((err.rank, err.peer), (Some(rank), Some(peer)));
+    assert_eq!((err.rank(), err.peer()), (Some(rank), Some(peer)));
     // Every later call that reaches the device says the same, before touching the driver.
     for later in [
         ranks.provider.create(ranks.pad).map(drop).unwrap_err(),

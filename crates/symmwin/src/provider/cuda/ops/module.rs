@@ -257,7 +257,7 @@ mod tests {
             ..OpsError::default()
         };
         let e = describe(&fields, 1);
-        assert_eq!((e.rank, e.peer), (Some(3), Some(1)));
+        assert_eq!((e.rank(), e.peer()), (Some(3), Some(1)));
         let text = e.to_string();
         assert!(
             text.contains("all_to_all_vdev_2d: 17 rows from rank 1"),
@@ -275,7 +275,7 @@ mod tests {
             },
             2,
         );
-        assert_eq!((bad.rank, bad.peer), (None, Some(2)));
+        assert_eq!((bad.rank(), bad.peer()), (None, Some(2)));
         assert!(bad
             .to_string()
             .contains("all_to_all_vdev: a split of -1 rows"));

@@ -1,0 +1,375 @@
+//! The C ABI's own entry points, called as C calls them: NULL pointers, handles that
+//! are not ours and out-of-range values are refused with a status and a message,
+//! never a crash; store failures carry the store's own reason.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use symmwin::{MemoryStore, Store};
+use symmwin_capi::*;
+use SymmwinStatus::*;
+
+fn last_error() -> String {
+    // SAFETY: symmwin_last_error returns this thread's NUL-terminated message.
+    unsafe { CStr::from_ptr(symmwin_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The store behind the callbacks, and how a test wants `set` to behave.
+struct TestStore {
+    store: MemoryStore,
+    fail_set: Option<&'static str>,
+    released: &'static AtomicUsize,
+}
+
+/// # Safety
+/// `ctx` is the `TestStore` of `store_over`, not yet released.
+unsafe fn store<'a>(ctx: *mut c_void) -> &'a TestStore {
+    // SAFETY: per this function's contract.
+    unsafe { &*(ctx as *const TestStore) }
+}
+
+/// # Safety
+/// `key` is a NUL-terminated string.
+unsafe fn key<'a>(key: *const c_char) -> &'a str {
+    // SAFETY: per this function's contract.
+    unsafe { CStr::from_ptr(key) }.to_str().unwrap_or("")
+}
+
+unsafe extern "C" fn set(
+    ctx: *mut c_void,
+    k: *const c_char,
+    value: *const u8,
+    len: usize,
+    error: *mut SymmwinStoreError,
+) -> c_int {
+    // SAFETY: the SymmwinStore contract: a live ctx, a key, `len` bytes at `value`
+    // and a writable `error`.
+    unsafe {
+        let s = store(ctx);
+        if let Some(reason) = s.fail_set {
+            let reason = CString::new(reason).unwrap_or_default();
+            let bytes = reason.as_bytes_with_nul();
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr().cast::<c_char>(),
+                (*error).message.as_mut_ptr(),
+                bytes.len(),
+            );
+            return -1;
+        }
+        let value = std::slice::from_raw_parts(value, len);
+        c_int::from(s.store.set(key(k), value).is_err())
+    }
+}
+
+unsafe extern "C" fn try_get(
+    ctx: *mut c_void,
+    k: *const c_char,
+    sink: SymmwinSink,
+    sink_ctx: *mut c_void,
+    _error: *mut SymmwinStoreError,
+) -> c_int {
+    // SAFETY: the SymmwinStore contract.
+    unsafe {
+        match store(ctx).store.try_get(key(k)) {
+            Ok(Some(v)) => {
+                sink(sink_ctx, v.as_ptr(), v.len());
+                1
+            }
+            Ok(None) => 0,
+            Err(_) => -1,
+        }
+    }
+}
+
+unsafe extern "C" fn add(
+    ctx: *mut c_void,
+    k: *const c_char,
+    delta: i64,
+    out: *mut i64,
+    _error: *mut SymmwinStoreError,
+) -> c_int {
+    // SAFETY: the SymmwinStore contract; `out` is writable.
+    unsafe {
+        match store(ctx).store.add(key(k), delta) {
+            Ok(v) => {
+                *out = v;
+                0
+            }
+            Err(_) => -1,
+        }
+    }
+}
+
+unsafe extern "C" fn remove(
+    ctx: *mut c_void,
+    k: *const c_char,
+    _error: *mut SymmwinStoreError,
+) -> c_int {
+    // SAFETY: the SymmwinStore contract.
+    unsafe { c_int::from(store(ctx).store.delete(key(k)).is_err()) }
+}
+
+unsafe extern "C" fn release(ctx: *mut c_void) {
+    // SAFETY: `release` is called once, last: the box of `store_over` is ours again.
+    let s = unsafe { Box::from_raw(ctx as *mut TestStore) };
+    s.released.fetch_add(1, Ordering::SeqCst);
+}
+
+fn store_over(
+    fail_set: Option<&'static str>,
+    released: &'static AtomicUsize,
+    identity: u64,
+) -> SymmwinStore {
+    let ctx = Box::into_raw(Box::new(TestStore {
+        store: MemoryStore::new(),
+        fail_set,
+        released,
+    }));
+    SymmwinStore {
+        ctx: ctx.cast(),
+        set: Some(set),
+        try_get: Some(try_get),
+        add: Some(add),
+        remove: Some(remove),
+        release: Some(release),
+        describe: null(),
+        identity,
+        wait_all: None,
+    }
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+/// A one-rank group `name` on host memory over a store whose `set` fails when asked.
+fn host_group(name: &CStr, fail_set: Option<&'static str>, identity: u64) -> SymmwinStatus {
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+    let store = store_over(fail_set, &RELEASED, identity);
+    // SAFETY: a NUL-terminated name, NULL global ranks, a store honouring the contract.
+    unsafe { symmwin_group_init(name.as_ptr(), -1, 0, 1, null(), 2000, store) }
+}
+
+/// A one-rank host window over a fresh allocation of `size` bytes.
+fn host_window(name: &str, size: usize) -> (*mut c_void, *mut SymmwinWindow) {
+    let name = c(name);
+    assert_eq!(host_group(&name, None, 1), SymmwinOk, "{}", last_error());
+    let mut ptr = null_mut();
+    // SAFETY: `ptr` is writable.
+    assert_eq!(unsafe { symmwin_alloc(-1, size, &mut ptr) }, SymmwinOk);
+    let mut window = null_mut();
+    // SAFETY: a live allocation, a NUL-terminated name, a writable out.
+    let status = unsafe { symmwin_rendezvous(ptr, name.as_ptr(), -1, 64, &mut window) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    (ptr, window)
+}
+
+#[test]
+fn null_out_pointers_are_refused_and_allocate_nothing() {
+    let before = symmwin_allocation_count();
+    // SAFETY: a NULL out is what is under test; it is checked before any write.
+    let status = unsafe { symmwin_alloc(-1, 4096, null_mut()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("out is NULL"), "{}", last_error());
+    assert_eq!(symmwin_allocation_count(), before);
+    // SAFETY: as above.
+    let status = unsafe { symmwin_alloc_size(null_mut(), null_mut()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+}
+
+#[test]
+fn null_and_foreign_handles_are_refused() {
+    let mut info = SymmwinWindowInfo::default();
+    // SAFETY: a NULL window is what is under test; `info` is writable.
+    let status = unsafe { symmwin_window_info(null(), &mut info) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("window is NULL"), "{}", last_error());
+    // A pointer that is not a symmwin allocation: freed as an error, not found elsewhere.
+    let mut own = 0u64;
+    let foreign = (&mut own as *mut u64).cast::<c_void>();
+    assert_eq!(symmwin_free(foreign), SymmwinInvalidArgument);
+    assert!(last_error().contains("not a live symmwin allocation"));
+    let mut size = 0usize;
+    // SAFETY: `size` is writable; `foreign` is only compared, never read.
+    assert_eq!(
+        unsafe { symmwin_alloc_size(foreign, &mut size) },
+        SymmwinNotFound
+    );
+    // SAFETY: NULL windows are released as a no-op.
+    unsafe { symmwin_window_release(null_mut()) };
+}
+
+#[test]
+fn null_names_are_refused_and_the_store_is_released_anyway() {
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+    let store = store_over(None, &RELEASED, 7);
+    // SAFETY: a NULL name is what is under test; the store honours the contract.
+    let status = unsafe { symmwin_group_init(null(), -1, 0, 1, null(), 0, store) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(
+        last_error().contains("group name is NULL"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(RELEASED.load(Ordering::SeqCst), 1, "the store leaked");
+    // SAFETY: NULL names are refused as "no such group".
+    assert_eq!(unsafe { symmwin_group_exists(null(), -1) }, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { symmwin_group_matches(null(), -1, 7) }, 0);
+}
+
+#[test]
+fn bad_ranks_and_worlds_are_refused() {
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+    let name = c("abi-bad-world");
+    for (rank, world) in [(-1, 2), (0, -3)] {
+        let store = store_over(None, &RELEASED, 8);
+        // SAFETY: a NUL-terminated name, NULL global ranks, a valid store.
+        let status =
+            unsafe { symmwin_group_init(name.as_ptr(), -1, rank, world, null(), 0, store) };
+        assert_eq!(status, SymmwinInvalidArgument, "rank {rank} world {world}");
+        assert!(
+            last_error().contains("must be non-negative"),
+            "{}",
+            last_error()
+        );
+    }
+    let store = store_over(None, &RELEASED, 8);
+    let too_many = c_int::try_from(symmwin::group::MAX_WORLD + 1).unwrap();
+    // SAFETY: as above.
+    let status = unsafe { symmwin_group_init(name.as_ptr(), -1, 0, too_many, null(), 0, store) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("larger than symmwin supports"));
+    assert_eq!(RELEASED.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_table_that_does_not_exist_is_refused() {
+    let (ptr, window) = host_window("abi-tables", 4096);
+    let mut out = null_mut();
+    for table in [SYMMWIN_BUFFER_PTRS, SYMMWIN_PAD_PTRS, SYMMWIN_GLOBAL_RANKS] {
+        // SAFETY: a live window and a writable out.
+        let status = unsafe { symmwin_window_table_dev(window, table, &mut out) };
+        assert_eq!(status, SymmwinOk, "table {table}: {}", last_error());
+        assert!(!out.is_null());
+    }
+    for table in [3, -1, c_int::MAX] {
+        // SAFETY: as above.
+        let status = unsafe { symmwin_window_table_dev(window, table, &mut out) };
+        assert_eq!(status, SymmwinInvalidArgument, "table {table}");
+        assert!(
+            last_error().contains(&format!("unknown table {table}")),
+            "{}",
+            last_error()
+        );
+    }
+    // SAFETY: the window is released once, then its allocation freed.
+    unsafe { symmwin_window_release(window) };
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
+#[test]
+fn ranks_and_channels_out_of_range_are_refused() {
+    let (ptr, window) = host_window("abi-ranks", 4096);
+    let mut pad = null_mut();
+    // SAFETY: a live window and a writable out.
+    let status = unsafe { symmwin_window_pad_ptr(window, 1, &mut pad) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("rank 1 out of range for world size 1"));
+    // SAFETY: a live window, no stream (host memory).
+    let status = unsafe { symmwin_window_put_signal(window, -1, 0, 100, null_mut()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    // SAFETY: as above.
+    let status = unsafe { symmwin_window_barrier(window, -2, 100, null_mut()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(
+        last_error().contains("channel -2 is negative"),
+        "{}",
+        last_error()
+    );
+    let mut ranks = [0 as c_int; 1];
+    // SAFETY: `ranks` has room for 0 ints, as `len` says.
+    let status = unsafe { symmwin_window_global_ranks(window, ranks.as_mut_ptr(), 0) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    // SAFETY: the window is released once, then its allocation freed.
+    unsafe { symmwin_window_release(window) };
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
+#[test]
+fn a_bad_engine_and_null_operands_are_refused() {
+    let (ptr, window) = host_window("abi-ops", 4096);
+    let operand = |window| SymmwinOperand {
+        window,
+        offset: 0,
+        len: 64,
+        in_pads: 0,
+    };
+    let opts = SymmwinOpOptions {
+        engine: 9,
+        timeout_ms: 100,
+        stream: null_mut(),
+    };
+    // SAFETY: a live window for both operands, readable options.
+    let status = unsafe { symmwin_op_all_to_all(operand(window), operand(window), &opts) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(
+        last_error().contains("unknown engine code 9"),
+        "{}",
+        last_error()
+    );
+    // SAFETY: a NULL window is what is under test; NULL options are the defaults.
+    let status = unsafe { symmwin_op_all_to_all(operand(null()), operand(window), null()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("window is NULL"), "{}", last_error());
+    // SAFETY: the window is released once, then its allocation freed.
+    unsafe { symmwin_window_release(window) };
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
+#[test]
+fn small_buffers_are_refused_and_sizes_can_be_queried() {
+    let mut one = [0 as c_char; 1];
+    // SAFETY: `one` has room for 1 byte, as `len` says.
+    let status = unsafe { symmwin_handle_type(-1, one.as_mut_ptr(), one.len()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("too small"), "{}", last_error());
+    let mut needed = 0usize;
+    // SAFETY: a NULL buffer asks for the size only; `needed` is writable.
+    assert_eq!(
+        unsafe { symmwin_probe_json(null_mut(), 0, &mut needed) },
+        SymmwinOk
+    );
+    assert!(needed > 1);
+    let mut json = vec![0 as c_char; needed];
+    // SAFETY: `json` has room for `needed` bytes.
+    let status = unsafe { symmwin_probe_json(json.as_mut_ptr(), json.len(), null_mut()) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+}
+
+#[test]
+fn a_failing_store_call_reports_the_stores_own_reason() {
+    let name = c("abi-store-fails");
+    let reason = "Connection reset by peer";
+    assert_eq!(
+        host_group(&name, Some(reason), 11),
+        SymmwinOk,
+        "{}",
+        last_error()
+    );
+    let mut ptr = null_mut();
+    // SAFETY: `ptr` is writable.
+    assert_eq!(unsafe { symmwin_alloc(-1, 4096, &mut ptr) }, SymmwinOk);
+    let mut window = null_mut();
+    // SAFETY: a live allocation, a NUL-terminated name, a writable out.
+    let status = unsafe { symmwin_rendezvous(ptr, name.as_ptr(), -1, 64, &mut window) };
+    assert_ne!(status, SymmwinOk);
+    let message = last_error();
+    assert!(message.contains("failed in the c10d store"), "{message}");
+    assert!(message.contains("(c10d store: set("), "{message}");
+    assert!(message.contains(reason), "{message}");
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
