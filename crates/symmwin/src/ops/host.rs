@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::host::HostSignals;
+use crate::provider::host::{wait_until, HostSignals};
 use crate::provider::Signals;
 
 use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
@@ -161,27 +161,6 @@ fn timed_out(peer: usize, waited: Duration) -> Error {
         },
     )
     .with_peer(peer)
-}
-
-/// Spin (yielding, then sleeping) until `done` or the deadline.
-fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
-    let mut spins = 0u32;
-    while !done() {
-        spins += 1;
-        if spins % 64 == 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            if spins < 4096 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
-            }
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    true
 }
 
 /// The 64-bit signal word of `rank`'s `sig` (often in a signal pad), borrowed no

@@ -305,20 +305,22 @@ fn pad_word(pads: &PadLayout, owner: usize, channel: usize, src: usize) -> Resul
 }
 
 fn spin_until(word: &AtomicU32, from: u32, to: u32, order: Ordering, deadline: Instant) -> bool {
-    let mut spins = 0u32;
-    loop {
-        if word
-            .compare_exchange_weak(from, to, order, Ordering::Relaxed)
+    wait_until(deadline, || {
+        word.compare_exchange_weak(from, to, order, Ordering::Relaxed)
             .is_ok()
-        {
-            return true;
-        }
+    })
+}
+
+/// Spin (yielding, then sleeping) until `done` or the deadline; false on timeout.
+/// Ranks may outnumber cores, so the wait gives the peer it waits for a chance to run.
+pub(crate) fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    let mut spins = 0u32;
+    while !done() {
         spins += 1;
         if spins % 64 == 0 {
             if Instant::now() >= deadline {
                 return false;
             }
-            // Ranks may outnumber cores; give the peer we wait for a chance to run.
             if spins < 4096 {
                 std::thread::yield_now();
             } else {
@@ -328,6 +330,7 @@ fn spin_until(word: &AtomicU32, from: u32, to: u32, order: Ordering, deadline: I
             std::hint::spin_loop();
         }
     }
+    true
 }
 
 fn timed_out(peer: usize, timeout: Duration) -> Error {
