@@ -20,9 +20,9 @@ use common::{mappings, open_fds, result, Job};
 use symmwin::provider::SharedHandle;
 use symmwin::store::Namespace;
 use symmwin::testing::Request;
+use symmwin::testing::FABRIC_LEN;
 use symmwin::testing::{Endpoint, Round};
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
-use symmwin::token::{stable_id, Token};
+use symmwin::token::stable_id;
 use symmwin::SignalOptions;
 use symmwin::{
     Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry, Store,
@@ -968,15 +968,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
             ours.rank = 1;
             ours.socket = endpoint.path().to_path_buf();
             ours.token = endpoint.token().to_hex();
-            let good = Message {
-                group: stable_id("fake"),
-                seq: 0,
-                sender: 1,
-                world: 2,
-                token: Token::from_hex(&theirs.token).unwrap().0,
-                physical_size: 4096,
-                payload: Payload::Fd,
-            };
+            let good = common::fd_message("fake", 0, 1, 2, &theirs.token);
             let mut buf = [0u8; FABRIC_LEN];
             let good_bytes = good.encode(&mut buf).to_vec();
             let extra = c.provider.create(4096).unwrap().export().unwrap();

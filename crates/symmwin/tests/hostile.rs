@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use common::{assert_all_success, field, result, Job};
 use symmwin::provider::SharedHandle;
 use symmwin::testing::Request;
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
-use symmwin::token::{stable_id, Token};
+use symmwin::testing::FABRIC_LEN;
 use symmwin::{
     Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry,
     Store,
@@ -170,15 +169,7 @@ fn intruder() -> String {
     let SharedHandle::Fd(fd) = evil.export().unwrap() else {
         unreachable!("host memory is shared as fds")
     };
-    let message = Message {
-        group: stable_id("planted"),
-        seq: 1,
-        sender: 1,
-        world: 2,
-        token: Token::from_hex(&theirs.token).unwrap().0,
-        physical_size: 4096,
-        payload: Payload::Fd,
-    };
+    let message = common::fd_message("planted", 1, 1, 2, &theirs.token);
     let mut buf = [0u8; FABRIC_LEN];
     common::send_raw(&theirs.socket, message.encode(&mut buf), &[fd.as_fd()]);
     std::fs::write(

@@ -373,3 +373,24 @@ pub fn group(
 ) -> Group {
     Group::new(spec, store, provider.clone(), config).unwrap()
 }
+
+/// A well-formed fd-handle message of 4096 physical bytes from `sender` of a `world`-rank
+/// group named `group`, for rendezvous `seq`, carrying the receiver's published token
+/// (hex, as in its request): what a forger that read the store would send.
+pub fn fd_message(
+    group: &str,
+    seq: u64,
+    sender: u32,
+    world: u32,
+    token_hex: &str,
+) -> symmwin::testing::Message {
+    symmwin::testing::Message {
+        group: symmwin::token::stable_id(group),
+        seq,
+        sender,
+        world,
+        token: Token::from_hex(token_hex).expect("a published token").0,
+        physical_size: 4096,
+        payload: symmwin::testing::Payload::Fd,
+    }
+}
