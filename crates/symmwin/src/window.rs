@@ -308,15 +308,25 @@ impl Window {
     ) -> Result<()> {
         let pads = self.pads()?;
         let remote = self.remote_peers();
-        let scope = SignalScope {
+        let scope = self.signal_scope(&pads, remote.as_deref());
+        op(&scope, self.timeout(timeout)).map_err(|e| self.inner.group.context(e))
+    }
+
+    /// This window's view of its group for signal work over `pads`: pads for the
+    /// mapped ranks, `remote` for the others.
+    pub(crate) fn signal_scope<'a>(
+        &'a self,
+        pads: &'a PadLayout,
+        remote: Option<&'a dyn RemotePeers>,
+    ) -> SignalScope<'a> {
+        SignalScope {
             signals: self.inner.group.provider.signals(),
-            pads: &pads,
+            pads,
             mapped: &self.inner.mapped,
-            remote: remote.as_deref(),
+            remote,
             group: &self.inner.group.name,
             stream_ordered: self.provider_info().kind == ProviderKind::Cuda,
-        };
-        op(&scope, self.timeout(timeout)).map_err(|e| self.inner.group.context(e))
+        }
     }
 
     /// Signal every peer and wait for all of them, on the channel, timeout and stream

@@ -3,161 +3,13 @@
 //! another host are never mapped and are reached through a [`RemotePeers`] backend;
 //! here an in-process mailbox stands in for the process group.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-use symmwin::signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
-use symmwin::{
-    Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider,
-    SignalOptions, Store,
-};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Queued messages by (from, to, tag).
-type Queues = HashMap<(usize, usize, u32), Vec<Vec<u8>>>;
-
-/// Messages in flight between ranks.
-#[derive(Default)]
-struct Mailbox {
-    queues: Mutex<Queues>,
-    arrived: Condvar,
-}
-
-/// One rank's end of the mailbox: what a process-group backend would be.
-struct MailboxPeers {
-    rank: usize,
-    mailbox: Arc<Mailbox>,
-    calls: Mutex<Vec<Vec<Flag>>>,
-}
-
-impl MailboxPeers {
-    fn send(&self, to: usize, tag: u32, bytes: Vec<u8>) {
-        let mut queues = self.mailbox.queues.lock().unwrap();
-        queues.entry((self.rank, to, tag)).or_default().push(bytes);
-        self.mailbox.arrived.notify_all();
-    }
-
-    fn recv(&self, from: usize, tag: u32, timeout: Duration) -> Result<Vec<u8>, RemoteFailure> {
-        let deadline = Instant::now() + timeout;
-        let mut queues = self.mailbox.queues.lock().unwrap();
-        loop {
-            if let Some(bytes) = queues
-                .get_mut(&(from, self.rank, tag))
-                .filter(|q| !q.is_empty())
-                .map(|q| q.remove(0))
-            {
-                return Ok(bytes);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(RemoteFailure {
-                    peer: Some(from),
-                    timed_out: true,
-                    message: "no message".into(),
-                });
-            }
-            queues = self.mailbox.arrived.wait_timeout(queues, left).unwrap().0;
-        }
-    }
-}
-
-impl RemotePeers for MailboxPeers {
-    fn flags(
-        &self,
-        flags: &[Flag],
-        timeout: Duration,
-        _stream: usize,
-    ) -> Result<(), RemoteFailure> {
-        self.calls.lock().unwrap().push(flags.to_vec());
-        for f in flags.iter().filter(|f| f.direction == Direction::Send) {
-            self.send(f.peer, f.tag, vec![0]);
-        }
-        for f in flags.iter().filter(|f| f.direction == Direction::Recv) {
-            self.recv(f.peer, f.tag, timeout)?;
-        }
-        Ok(())
-    }
-
-    fn transfer(
-        &self,
-        transfers: &[Transfer],
-        timeout: Duration,
-        _stream: usize,
-    ) -> Result<(), RemoteFailure> {
-        for t in transfers.iter().filter(|t| t.direction == Direction::Send) {
-            // SAFETY: the caller keeps `len` readable bytes at `ptr` for the call.
-            let bytes = unsafe { std::slice::from_raw_parts(t.ptr as *const u8, t.len) };
-            self.send(t.peer, t.tag, bytes.to_vec());
-        }
-        for t in transfers.iter().filter(|t| t.direction == Direction::Recv) {
-            let bytes = self.recv(t.peer, t.tag, timeout)?;
-            // SAFETY: the caller keeps `len` writable bytes at `ptr` for the call.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    t.ptr as *mut u8,
-                    t.len.min(bytes.len()),
-                )
-            };
-        }
-        Ok(())
-    }
-}
-
-fn config(host: &str, tag: &str) -> Config {
-    Config {
-        timeout: Duration::from_millis(2000),
-        socket_dir: std::env::temp_dir()
-            .join(format!("symmwin-hosts-{tag}-{}", std::process::id())),
-        host_id: Some(host.to_owned()),
-        ..Config::default()
-    }
-}
-
-/// Run `body(rank, group)` on one thread per rank, rank r on host `hosts[r]`.
-fn spanning<T: Send>(
-    tag: &str,
-    hosts: &[&str],
-    remote: Option<&Arc<Mailbox>>,
-    body: impl Fn(usize, Group) -> T + Sync,
-) -> Vec<T> {
-    spanning_in(Arc::new(MemoryStore::new()), tag, hosts, remote, body)
-}
-
-/// [`spanning`] with the group's store given.
-fn spanning_in<T: Send>(
-    store: Arc<MemoryStore>,
-    tag: &str,
-    hosts: &[&str],
-    remote: Option<&Arc<Mailbox>>,
-    body: impl Fn(usize, Group) -> T + Sync,
-) -> Vec<T> {
-    let world = hosts.len();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
-                let store = store.clone();
-                let body = &body;
-                let config = config(hosts[rank], tag);
-                s.spawn(move || {
-                    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-                    let group =
-                        Group::new(GroupSpec::new(tag, rank, world), store, provider, &config)
-                            .unwrap();
-                    if let Some(mailbox) = remote {
-                        group.set_remote_peers(Arc::new(MailboxPeers {
-                            rank,
-                            mailbox: mailbox.clone(),
-                            calls: Mutex::default(),
-                        }));
-                    }
-                    body(rank, group)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use common::hosts::{spanning, spanning_in, Mailbox};
+use symmwin::{Allocation, ErrorKind, MemoryStore, SignalOptions, Store};
 
 #[test]
 fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
@@ -264,7 +116,7 @@ fn signals_across_hosts_go_through_the_remote_backend() {
     for (rank, got) in results.into_iter().enumerate() {
         assert_eq!(got, (rank ^ 1) as u8 + 10);
     }
-    let left: usize = mailbox.queues.lock().unwrap().values().map(Vec::len).sum();
+    let left = mailbox.in_flight();
     assert_eq!(left, 0, "every flag sent was received");
 }
 
@@ -330,55 +182,6 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
         assert!(
             store.try_get(&key(3, rank)).unwrap().is_some(),
             "last key of rank {rank}"
-        );
-    }
-}
-
-/// Ops move data by load/store, so on a group spanning hosts a collective is refused
-/// before anything runs, naming the ranks it cannot reach, and a one-sided op works
-/// to a mapped peer and is refused to an unmapped one.
-#[test]
-fn ops_that_reach_unmapped_ranks_are_refused_before_they_run() {
-    use symmwin::ops::collective::{self, Operand};
-    use symmwin::ops::OpOptions;
-    let hosts = ["a", "a", "b", "b"];
-    let results = spanning("ops", &hosts, None, |rank, group| {
-        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
-        alloc_fill(&alloc, rank as u8 + 1);
-        let window = group.rendezvous(&alloc).unwrap();
-        let opts = OpOptions::default();
-        let whole = || Operand::new(&window, 0, 4096);
-        let collective_err = collective::all_to_all(whole(), whole(), &opts).unwrap_err();
-        let far = (rank + 2) % 4;
-        let one_sided_err = collective::put_or_get(whole(), far, false, &opts).unwrap_err();
-        // A get from the partner on this host is a plain load and works. Partners
-        // get disjoint halves, so neither overwrites what the other reads.
-        let half = (rank % 2) * 2048;
-        collective::put_or_get(Operand::new(&window, half, 2048), rank ^ 1, false, &opts).unwrap();
-        let mut first = [0u8; 1];
-        window.read(rank, half, &mut first).unwrap();
-        (collective_err, one_sided_err, first[0])
-    });
-    for (rank, (collective_err, one_sided_err, first)) in results.into_iter().enumerate() {
-        let far: Vec<usize> = if rank < 2 { vec![2, 3] } else { vec![0, 1] };
-        assert!(
-            matches!(collective_err.kind(), ErrorKind::Unsupported(_)),
-            "{collective_err}"
-        );
-        let text = collective_err.to_string();
-        assert!(
-            text.contains(&format!("{far:?}")) && text.contains("another host"),
-            "{text}"
-        );
-        let text = one_sided_err.to_string();
-        assert!(
-            text.contains(&format!("[{}]", (rank + 2) % 4)) && text.contains("one-sided"),
-            "{text}"
-        );
-        assert_eq!(
-            first,
-            (rank ^ 1) as u8 + 1,
-            "rank {rank} got its partner's bytes"
         );
     }
 }

@@ -10,6 +10,7 @@ use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
+use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (and the
@@ -129,36 +130,28 @@ enum Reach {
     Peer(usize),
 }
 
-/// Ops move data by load/store through the window, so every rank they reach must be
-/// mapped here. A group spanning hosts leaves the ranks on other hosts unmapped; an
-/// op reaching them is refused before anything is launched, never a fault on a null
-/// address in a kernel.
+/// A one-sided op moves data by load/store through the window, so its peer must be
+/// mapped here: a two-sided process-group backend cannot serve it. Refused before
+/// anything is launched, never a fault on a null address in a kernel. Collectives
+/// reach every rank, mapped or not (see [`super::spanning`]).
 fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
-    let unmapped: Vec<usize> = match reach {
-        Reach::Everyone => (0..window.world())
-            .filter(|&r| !window.is_mapped(r))
-            .collect(),
-        Reach::Peer(peer) if !window.is_mapped(peer) => vec![peer],
-        Reach::Peer(_) => Vec::new(),
-    };
-    if unmapped.is_empty() {
-        return Ok(());
+    match reach {
+        Reach::Peer(peer) if !window.is_mapped(peer) => Err(Error::new(
+            Phase::Signal,
+            ErrorKind::Unsupported(format!(
+                "rank(s) [{peer}] are on another host and not mapped from here: a one-sided \
+                 op needs its peer mapped (a two-sided process-group backend cannot serve \
+                 it); see docs/multi-node.md"
+            )),
+        )
+        .with_peer(peer)),
+        _ => Ok(()),
     }
-    let what = match reach {
-        Reach::Everyone => "this collective op needs every rank mapped",
-        Reach::Peer(_) => "a one-sided op needs its peer mapped (a two-sided process-group backend cannot serve it)",
-    };
-    Err(Error::new(
-        Phase::Signal,
-        ErrorKind::Unsupported(format!(
-            "rank(s) {} are on another host and not mapped from here: {what}; see docs/multi-node.md",
-            crate::text::ranks(&unmapped)
-        )),
-    ))
 }
 
 /// Run `f` with the context of `window`, attaching this rank (and a subgroup's
-/// global ranks) to any error.
+/// global ranks) to any error. On a group that spans hosts `f` gets the spanning
+/// implementation of the ops, else the provider's own.
 fn run(
     window: &Window,
     reach: Reach,
@@ -168,7 +161,13 @@ fn run(
     let go = || {
         require_mapped(window, reach)?;
         let ctx = context(window, opts)?;
-        f(window.provider().ops(), &ctx)
+        if window.all_mapped() {
+            return f(window.provider().ops(), &ctx);
+        }
+        let remote = window.remote_peers();
+        let scope = window.signal_scope(&ctx.pads, remote.as_deref());
+        let spanning = SpanningOps::new(window.provider(), scope)?;
+        f(&spanning, &ctx)
     };
     go().map_err(|e| window.context(e))
 }

@@ -78,7 +78,7 @@ fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
 
 /// This rank's own input table must stay inside its input rows (torch asserts it on
 /// the device; here it is an error after the op).
-fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+pub(super) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
     let n = match shape {
         Shape::Combine => table.len() / 2,
         _ => table.len(),

@@ -9,7 +9,9 @@
 //! - [`DeviceOps`]: what a provider implements, over raw flat-layout addresses
 //!   ([`SymmBuf`]) and the pads to synchronize on ([`OpContext`]).
 //! - the implementations: [`host::HostOps`] (CPU copies, pad signals), and the CUDA
-//!   provider's kernels and copy-engine paths.
+//!   provider's kernels and copy-engine paths; on a group that spans hosts,
+//!   `spanning::SpanningOps` serves the mapped ranks through the window and the others
+//!   through the group's process-group backend, for either provider.
 //!
 //! [`plan`] holds the split arithmetic every implementation must agree with.
 
@@ -20,6 +22,7 @@ mod elem;
 mod engine;
 pub mod host;
 pub mod plan;
+mod spanning;
 
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use collective::{OpOptions, Operand};

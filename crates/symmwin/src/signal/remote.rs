@@ -88,6 +88,10 @@ pub trait RemotePeers: Send + Sync {
     ) -> std::result::Result<(), RemoteFailure>;
 }
 
+/// The first tag of op data ([`data_tag`]); flags of signal operations stay below it,
+/// so an op's messages and a concurrent signal never take each other's place.
+const DATA_TAGS: u32 = 1 << 24;
+
 /// Tag of barrier flags on `channel`; signal flags use the odd tags, so a barrier and
 /// a put_signal on one channel never take each other's messages.
 fn tag(channel: usize, signal: bool) -> Result<u32> {
@@ -95,8 +99,19 @@ fn tag(channel: usize, signal: bool) -> Result<u32> {
         .checked_mul(2)
         .and_then(|t| t.checked_add(usize::from(signal)))
         .and_then(|t| u32::try_from(t).ok())
-        .filter(|&t| t <= i32::MAX as u32)
+        .filter(|&t| t < DATA_TAGS)
         .ok_or_else(|| Error::invalid(format!("channel {channel} is too large")))
+}
+
+/// Tag of the `index`-th message one rank sends another within one op across hosts.
+/// Both sides count the messages of the pair in the same order, so every receive
+/// names exactly the send it matches, whatever order the backend delivers them in.
+pub(crate) fn data_tag(index: usize) -> Result<u32> {
+    u32::try_from(index)
+        .ok()
+        .and_then(|i| DATA_TAGS.checked_add(i))
+        .filter(|&t| t <= i32::MAX as u32)
+        .ok_or_else(|| Error::invalid(format!("{index} messages to one peer in one op")))
 }
 
 /// Turn a backend failure into an error naming the peer.
@@ -147,8 +162,9 @@ pub(crate) struct SignalScope<'a> {
     pub(crate) stream_ordered: bool,
 }
 
-impl SignalScope<'_> {
-    fn remote_for(&self, peer: usize) -> Result<&dyn RemotePeers> {
+impl<'a> SignalScope<'a> {
+    /// The backend that reaches unmapped `peer`; an error naming it when there is none.
+    pub(crate) fn remote_for(&self, peer: usize) -> Result<&'a dyn RemotePeers> {
         self.remote.ok_or_else(|| {
             Error::new(
                 Phase::Signal,
@@ -278,6 +294,11 @@ mod tests {
             assert!(seen.insert(tag(channel, true).unwrap()));
         }
         assert!(tag(usize::MAX / 2, true).is_err());
+        for index in [0, 1, 1000] {
+            assert!(!seen.contains(&data_tag(index).unwrap()));
+        }
+        assert!(tag(DATA_TAGS as usize / 2, false).is_err());
+        assert!(data_tag(usize::MAX).is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! a rank still running at the deadline is killed and the test fails.
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod hosts;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;

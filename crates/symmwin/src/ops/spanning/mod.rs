@@ -1,0 +1,212 @@
+//! Collective ops on a group that spans hosts: ranks mapped here are served through
+//! the window (copies), every other rank through the group's own process-group
+//! backend ([`RemotePeers::transfer`]), in the same call and overlapped.
+//!
+//! Every op runs as entry barrier, moves, exit barrier, with the barriers over the
+//! whole group (pads with the mapped ranks, one flag each way with the others). A rank
+//! writes only its own outputs: it pulls from mapped peers and receives from the
+//! others, and sends its inputs to the ranks of other hosts. After the entry barrier
+//! every input is ready; the exit barrier keeps each input unchanged until its last
+//! reader is done.
+//!
+//! The sizes of every message must be known on the host: split tables are read to the
+//! host (device memory: a few small copies and a wait for the stream), exchanged with
+//! the ranks of other hosts, and every rank plans each transfer it takes part in from
+//! the same tables. So every send has its receive, and a split that does not fit is
+//! skipped by both sides: no rank waits for a message that is never sent. On device
+//! memory this path waits for the stream and cannot be captured in a CUDA graph;
+//! groups whose ranks are all mapped keep the device-side path ([`super::DeviceOps`]
+//! of the provider).
+
+mod moves;
+mod reduce;
+mod var;
+
+use crate::error::Result;
+use crate::provider::Provider;
+use crate::signal::remote::{RemotePeers, SignalScope};
+
+use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
+use super::device::DeviceOps;
+use super::plan::Shape;
+use moves::Moves;
+
+/// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move
+/// data as the module describes; the one-sided ops reach only mapped peers (the safe
+/// layer refuses the others) and are the provider's own.
+pub(crate) struct SpanningOps<'a> {
+    provider: &'a dyn Provider,
+    scope: SignalScope<'a>,
+    remote: &'a dyn RemotePeers,
+}
+
+impl<'a> SpanningOps<'a> {
+    /// The ops over `scope`; fails when the group has no process-group backend.
+    pub(crate) fn new(provider: &'a dyn Provider, scope: SignalScope<'a>) -> Result<Self> {
+        let first_remote = scope.mapped.iter().position(|&m| !m).unwrap_or(0);
+        let remote = scope.remote_for(first_remote)?;
+        Ok(SpanningOps {
+            provider,
+            scope,
+            remote,
+        })
+    }
+
+    fn mapped(&self, rank: usize) -> bool {
+        self.scope.mapped.get(rank).copied().unwrap_or(false)
+    }
+
+    /// Ranks not mapped here (on other hosts), in rank order.
+    fn remote_ranks(&self) -> Vec<usize> {
+        (0..self.scope.mapped.len())
+            .filter(|&r| !self.mapped(r))
+            .collect()
+    }
+
+    fn barrier(&self, ctx: &OpContext) -> Result<()> {
+        self.scope.barrier(ctx.channel, ctx.timeout, ctx.stream)
+    }
+
+    /// Entry barrier, `body`, exit barrier; the body's error is reported after the
+    /// exit barrier (a barrier failure wins: the group is then out of step).
+    fn collective(&self, ctx: &OpContext, body: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.barrier(ctx)?;
+        // Device memory: once the barrier has completed on the stream every peer's
+        // inputs are ready; the copies below do not run on the caller's stream.
+        self.provider.signals().synchronize(ctx.stream)?;
+        let outcome = body();
+        self.barrier(ctx)?;
+        outcome
+    }
+}
+
+impl DeviceOps for SpanningOps<'_> {
+    fn check_errors(&self) -> Result<()> {
+        self.provider.ops().check_errors()
+    }
+
+    unsafe fn all_to_all(
+        &self,
+        ctx: &OpContext,
+        input: &SymmBuf,
+        out: &SymmBuf,
+        bytes_per_peer: usize,
+    ) -> Result<()> {
+        self.collective(ctx, || {
+            let me = ctx.rank;
+            let mut moves = Moves::default();
+            for peer in 0..ctx.world {
+                let into = out.range(me, peer * bytes_per_peer, bytes_per_peer)?;
+                if self.mapped(peer) {
+                    let from = input
+                        .range(peer, me * bytes_per_peer, bytes_per_peer)
+                        .map_err(|e| e.with_peer(peer))?;
+                    moves.copy(into, from, bytes_per_peer);
+                } else {
+                    let mine = input.range(me, peer * bytes_per_peer, bytes_per_peer)?;
+                    moves.recv(peer, into, bytes_per_peer)?;
+                    moves.send(peer, mine, bytes_per_peer)?;
+                }
+            }
+            self.execute(ctx, &moves)
+        })
+    }
+
+    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
+        self.collective(ctx, || self.all_to_all_v(ctx, Shape::Flat, args))
+    }
+
+    unsafe fn all_to_all_vdev_2d(
+        &self,
+        ctx: &OpContext,
+        args: &VarArgs,
+        major_align: usize,
+    ) -> Result<()> {
+        let shape = Shape::Dispatch { major_align };
+        self.collective(ctx, || self.all_to_all_v(ctx, shape, args))
+    }
+
+    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
+        self.collective(ctx, || self.all_to_all_v(ctx, Shape::Combine, args))
+    }
+
+    unsafe fn broadcast(
+        &self,
+        ctx: &OpContext,
+        buf: &SymmBuf,
+        len: usize,
+        root: usize,
+    ) -> Result<()> {
+        self.collective(ctx, || {
+            let mine = buf.range(ctx.rank, 0, len)?;
+            let mut moves = Moves::default();
+            if ctx.rank == root {
+                for peer in self.remote_ranks() {
+                    moves.send(peer, mine, len)?;
+                }
+            } else if self.mapped(root) {
+                let from = buf.range(root, 0, len).map_err(|e| e.with_peer(root))?;
+                moves.copy(mine, from, len);
+            } else {
+                moves.recv(root, mine, len)?;
+            }
+            self.execute(ctx, &moves)
+        })
+    }
+
+    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
+        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
+        unsafe { self.provider.ops().put(ctx, buf, len, peer) }
+    }
+
+    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
+        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
+        unsafe { self.provider.ops().get(ctx, buf, len, peer) }
+    }
+
+    unsafe fn put_with_signal(
+        &self,
+        ctx: &OpContext,
+        buf: &SymmBuf,
+        len: usize,
+        sig: &SymmBuf,
+        value: u64,
+        peer: usize,
+    ) -> Result<()> {
+        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
+        unsafe {
+            self.provider
+                .ops()
+                .put_with_signal(ctx, buf, len, sig, value, peer)
+        }
+    }
+
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        // SAFETY: a propagation of the caller's assertion.
+        unsafe { self.provider.ops().wait_for_signal(wait) }
+    }
+
+    unsafe fn put_signal(
+        &self,
+        ctx: &OpContext,
+        src: usize,
+        len: usize,
+        dst: &SymmBuf,
+        peer: usize,
+    ) -> Result<()> {
+        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
+        unsafe { self.provider.ops().put_signal(ctx, src, len, dst, peer) }
+    }
+
+    unsafe fn tile_reduce(
+        &self,
+        ctx: &OpContext,
+        ins: &[SymmBuf],
+        roots: &[usize],
+        out: &SymmBuf,
+        tile: &Tile,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.collective(ctx, || self.reduce_tiles(ctx, ins, roots, out, tile, op))
+    }
+}
