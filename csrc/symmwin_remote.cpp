@@ -8,13 +8,21 @@
 // the process group unusable (gloo poisons its context), as any gloo timeout does.
 //
 // CUDA memory (NCCL): everything is ordered on the current stream. Several messages go
-// in one coalesced batch (NCCL needs both directions of a pair grouped); a receive
-// makes the current stream wait for it. NCCL point-to-point has no per-call timeout:
-// a dead peer is caught by the process group's own timeout and watchdog.
+// in one coalesced batch (NCCL needs both directions of a pair grouped); the current
+// stream waits for the receives (and, for data, for the sends, whose buffers the
+// caller may reuse once the op is complete on the stream). NCCL point-to-point has no
+// per-call timeout: a dead peer is caught by the process group's own timeout and
+// watchdog.
+//
+// CUDA memory over a process group without NCCL (gloo only): every message is staged
+// through host memory, after the current stream has drained, and the host path above
+// runs; slower, but the same semantics, and the same timeouts as host memory.
 
 #include "symmwin_remote.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <chrono>
@@ -90,16 +98,38 @@ struct Completer {
   }
 };
 
+// True when the group reaches CUDA tensors through NCCL (else they are staged).
+bool has_nccl(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  try {
+    return pg->getBackend(c10::DeviceType::CUDA)->getBackendName() == "nccl";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 struct Remote {
   c10::weak_intrusive_ptr<c10d::ProcessGroup> pg;
   c10::Device device;
+  // CUDA memory through a group without NCCL: messages go through host memory.
+  bool staged = false;
   std::shared_ptr<Reports> reports = std::make_shared<Reports>();
   std::mutex completers_mutex;
   // By peer, made with the first send to it: most groups never have a remote peer.
   std::map<int, std::shared_ptr<Completer>> completers;
 
   Remote(const c10::intrusive_ptr<c10d::ProcessGroup>& group, c10::Device dev)
-      : pg(group), device(dev) {}
+      : pg(group), device(dev), staged(dev.is_cuda() && !has_nccl(group)) {}
+
+  // Device of the messages' tensors: the host when staged.
+  c10::Device message_device() const {
+    return staged ? c10::Device(c10::DeviceType::CPU) : device;
+  }
+
+  // Staged messages leave only after the stream's earlier work (a local barrier, the
+  // writes the messages publish) has completed.
+  void drain_stream() const {
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).synchronize();
+  }
 
   ~Remote() {
     std::lock_guard<std::mutex> lock(completers_mutex);
@@ -216,8 +246,9 @@ void run_host(Remote& r, std::vector<Message>& batch, bool wait_sends, uint64_t 
 }
 
 // CUDA memory: one coalesced batch when there are several messages, ordered on the
-// current stream; the stream waits for the receives.
-void run_cuda(Remote& r, std::vector<Message>& batch, int& peer) {
+// current stream; the stream waits for the receives, and for the sends too when
+// `wait_sends` (data: the caller reuses the buffers once the stream is past the op).
+void run_cuda(Remote& r, std::vector<Message>& batch, bool wait_sends, int& peer) {
   auto pg = r.group();
   const bool grouped = batch.size() > 1;
   if (grouped) {
@@ -233,8 +264,27 @@ void run_cuda(Remote& r, std::vector<Message>& batch, int& peer) {
     last = pg->endCoalescing(c10::DeviceType::CUDA);
   }
   const bool receives = std::any_of(batch.begin(), batch.end(), [](const Message& m) { return !m.send; });
-  if (last && receives) {
+  if (last && (receives || wait_sends)) {
     last->wait();
+  }
+}
+
+// CUDA data over a group without NCCL: sends copied to the host (after the stream's
+// earlier work), the host path, then the receives copied onto the current stream.
+void run_staged(Remote& r, std::vector<Message>& batch, uint64_t timeout_ms, int& peer) {
+  r.drain_stream();
+  std::vector<Message> host;
+  host.reserve(batch.size());
+  const auto on_host = at::TensorOptions().dtype(at::kByte).device(c10::DeviceType::CPU);
+  for (auto& m : batch) {
+    auto staging = m.send ? m.tensor.to(c10::DeviceType::CPU) : at::empty({m.tensor.numel()}, on_host);
+    host.push_back({m.peer, m.send, m.tag, staging});
+  }
+  run_host(r, host, /*wait_sends=*/true, timeout_ms, peer);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].send) {
+      batch[i].tensor.copy_(host[i].tensor);
+    }
   }
 }
 
@@ -249,15 +299,18 @@ int remote_flags(
     r.raise_earlier_failure(peer);
     std::vector<Message> batch;
     batch.reserve(n);
-    const auto options = at::TensorOptions().dtype(at::kInt).device(r.device);
+    const auto options = at::TensorOptions().dtype(at::kInt).device(r.message_device());
     for (size_t i = 0; i < n; ++i) {
       batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::zeros({1}, options)});
     }
-    if (r.device.is_cuda()) {
-      run_cuda(r, batch, peer);
-    } else {
-      run_host(r, batch, /*wait_sends=*/false, timeout_ms, peer);
+    if (r.device.is_cuda() && !r.staged) {
+      run_cuda(r, batch, /*wait_sends=*/false, peer);
+      return;
     }
+    if (r.staged) {
+      r.drain_stream();
+    }
+    run_host(r, batch, /*wait_sends=*/false, timeout_ms, peer);
   });
 }
 
@@ -277,8 +330,10 @@ int remote_transfer(
       const auto len = static_cast<int64_t>(ops[i].len);
       batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::from_blob(ops[i].ptr, {len}, options)});
     }
-    if (r.device.is_cuda()) {
-      run_cuda(r, batch, peer);
+    if (r.staged) {
+      run_staged(r, batch, timeout_ms, peer);
+    } else if (r.device.is_cuda()) {
+      run_cuda(r, batch, /*wait_sends=*/true, peer);
     } else {
       run_host(r, batch, /*wait_sends=*/true, timeout_ms, peer);
     }

@@ -8,7 +8,8 @@
 #   binary); scripts/build_gpu_ops_bins.sh BIN_DIR builds both where cargo is.
 #   STAGE: rust (kernels through the Rust core, no torch), gpu (tests/torch/
 #   test_ops_gpu.py), generic (tests/torch/test_ops.py on CUDA tensors, and the
-#   comparison with torch's NVSHMEM ops where two GPUs are present), moe
+#   comparison with torch's NVSHMEM ops where two GPUs are present), hosts (groups
+#   spanning hosts: tests/torch/test_hosts.py on CUDA tensors), moe
 #   (examples/moe: one rank, then two under torchrun), bench.
 #   Default: all five (up to 17 minutes on one H200); run them one per call when a
 #   call has less time. The extension is built once per machine (kept in /tmp/site-ops).
@@ -48,6 +49,10 @@ for stage in $stages; do
     timeout 420 python3 -m pytest tests/torch/test_ops.py -q -rs -k "(cuda or nvshmem)${OPS_K:+ and ($OPS_K)}" \
       > "$out/pytest_ops_cuda.log" 2>&1
     echo "test_ops (cuda): exit $? $(tail -1 "$out/pytest_ops_cuda.log")" ;;
+  hosts)
+    timeout 420 python3 -m pytest tests/torch/test_hosts.py -q -rs -k "gpu${OPS_K:+ and ($OPS_K)}" \
+      > "$out/pytest_hosts_cuda.log" 2>&1
+    echo "test_hosts (cuda): exit $? $(tail -1 "$out/pytest_hosts_cuda.log")" ;;
   moe)
     timeout 120 python3 examples/moe/moe_layer.py --device cuda > "$out/moe.log" 2>&1
     echo "moe, one rank: exit $? ($(grep -c ': ok (' "$out/moe.log") ok)"

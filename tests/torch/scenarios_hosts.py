@@ -165,3 +165,43 @@ def gpu_spanning(ctx):
         ctx.sync()
         result["signals"] = "ok"
     return result
+
+
+def spanning_one_sided(ctx):
+    """One-sided ops to a rank on another host are refused naming it; to a rank on
+    this host they work."""
+    local = _local(ctx)
+    remote = [r for r in range(ctx.world) if r not in local][0]
+    partner = [r for r in local if r != ctx.rank][0]
+    t = symm_mem.empty(64, device=ctx.device)
+    t.fill_(ctx.rank + 1)
+    symm_mem.rendezvous(t, dist.group.WORLD)
+    dist.barrier()
+    refused = _raises(symmwin.ops.put, t, remote)
+    got = None
+    if ctx.rank < partner:
+        symmwin.ops.get(t, partner)
+        got = _values(t[:1])[0]
+    dist.barrier()
+    return {"refused": refused, "remote": remote, "got": got, "partner": partner}
+
+
+def spanning_ops_kill(ctx):
+    """all_to_all in a loop across hosts; rank ctx.args["victim"] is killed in the
+    middle. The survivors' op raises, naming the victim."""
+    victim = ctx.args["victim"]
+    group = dist.group.WORLD.group_name
+    inp = symm_mem.empty(ctx.world * 16, device=ctx.device)
+    out = symm_mem.empty(ctx.world * 16, device=ctx.device)
+    symm_mem.rendezvous(inp, dist.group.WORLD)
+    symm_mem.rendezvous(out, dist.group.WORLD)
+    for i in range(1000):
+        if ctx.rank == victim and i == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            torch.ops.symmwin.all_to_all(inp, out, group)
+        except RuntimeError as e:
+            time.sleep(ctx.args.get("linger", 0))
+            ctx.keep.extend([inp, out])
+            return {"iteration": i, "message": str(e)}
+    raise AssertionError("the op never failed")

@@ -85,11 +85,15 @@ def _check_gpu(results, hosts):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_spanning_ops_fail_clearly():
-    # Two "hosts" may share one GPU here: gloo between them, so no signals across hosts.
+def test_gpu_spanning_ops_fail_clearly_and_signals_cross_over_gloo():
+    # Two "hosts" may share one GPU: gloo between them (NCCL refuses two ranks on one
+    # GPU), so CUDA messages are staged through host memory.
     hosts = ["a", "b"]
-    results = run_world(2, "scenarios_hosts.gpu_spanning", device="cuda", args={"hosts": hosts}, hosts=hosts)
+    results = run_world(
+        2, "scenarios_hosts.gpu_spanning", device="cuda", args={"hosts": hosts, "signals": True}, hosts=hosts
+    )
     _check_gpu(results, hosts)
+    assert all(r["signals"] == "ok" for r in results)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL refuses two ranks on one GPU)")
@@ -105,3 +109,69 @@ def test_gpu_spanning_signals_over_nccl():
     )
     _check_gpu(results, hosts)
     assert all(r["signals"] == "ok" for r in results)
+
+
+# Each scenario checks every rank's output against a Python model of the op, as on one
+# host; across hosts the same data must give the same results.
+OPS_SCENARIOS = ["ops_a2a_vdev", "ops_a2a_2d", "ops_host_sized", "ops_tiles"]
+
+
+@pytest.mark.parametrize("scenario", OPS_SCENARIOS)
+@pytest.mark.parametrize("hosts", [TWO_HOSTS, FOUR_HOSTS], ids=["4_ranks_2_hosts", "8_ranks_4_hosts"])
+def test_ops_across_hosts_match_the_model(scenario, hosts):
+    results = run_world(len(hosts), scenario, hosts=hosts, timeout=300)
+    assert all(r for r in results)
+
+
+def test_ops_across_namespaces_match_the_model():
+    if reason := namespaces_unavailable():
+        pytest.skip(reason)
+    results = run_world(4, "ops_host_sized", hosts=TWO_HOSTS, namespaces=True, timeout=180)
+    assert all(r for r in results)
+
+
+def test_one_sided_ops_reach_only_this_hosts_ranks():
+    results = run_world(4, "scenarios_hosts.spanning_one_sided", args={"hosts": TWO_HOSTS}, hosts=TWO_HOSTS)
+    for rank, r in enumerate(results):
+        assert "another host" in r["refused"] and "one-sided" in r["refused"], r["refused"]
+        assert re.search(rf"\[{r['remote']}\]", r["refused"]), r["refused"]
+        if r["got"] is not None:
+            assert r["got"] == r["partner"] + 1, f"rank {rank}"
+
+
+def test_rank_killed_mid_op_is_named_on_both_hosts():
+    victim = 3
+    results = run_world(
+        4,
+        "scenarios_hosts.spanning_ops_kill",
+        # The victim's local peer waits for it on the pads: 5 s, shorter than the
+        # 8 s the others stay after their own error.
+        args={"hosts": TWO_HOSTS, "victim": victim, "linger": 8},
+        env={"SYMMWIN_TIMEOUT_MS": "5000"},
+        hosts=TWO_HOSTS,
+        may_die=(victim,),
+        timeout=120,
+    )
+    for rank, r in enumerate(results):
+        if rank == victim:
+            continue
+        assert r is not None, f"rank {rank} gave no result"
+        assert re.search(rf"\b{victim}\b", r["message"]), f"rank {rank}: {r['message']}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("scenario", OPS_SCENARIOS)
+@pytest.mark.parametrize("hosts", [["a", "b"], TWO_HOSTS], ids=["2_ranks_2_hosts", "4_ranks_2_hosts"])
+def test_gpu_ops_across_hosts_over_gloo_match_the_model(scenario, hosts):
+    # Ranks share one GPU where there are fewer GPUs: gloo between the hosts, CUDA
+    # tensors staged through host memory; the ranks of one host map each other.
+    results = run_world(len(hosts), scenario, device="cuda", hosts=hosts, timeout=300)
+    assert all(r for r in results)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL refuses two ranks on one GPU)")
+@pytest.mark.parametrize("scenario", OPS_SCENARIOS)
+def test_gpu_ops_across_hosts_over_nccl_match_the_model(scenario):
+    hosts = ["a", "b"]
+    results = run_world(2, scenario, device="cuda", args={"pg_backend": "nccl"}, hosts=hosts, timeout=300)
+    assert all(r for r in results)
