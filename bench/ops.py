@@ -3,7 +3,8 @@
 
     python3 bench/ops.py --out bench/results_ops      # driver: one job per backend
 
-As in bench/compare.py (whose worker helpers this file reuses), a process picks its
+As in bench/compare.py (whose job and timing harness, bench/symmbench, this file
+reuses), a process picks its
 SymmetricMemory backend once, so the driver starts one torchrun job per backend:
 - SYMMWIN: ``torch.ops.symmwin.all_to_all`` on each engine (sm, copy_engine, auto),
   ``all_to_all_vdev`` with equal splits, ``broadcast`` on each engine, and the MoE
@@ -24,13 +25,19 @@ GB/s per rank = bytes that leave the GPU / time.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
 import statistics
 import sys
 from pathlib import Path
+
+from symmbench.defaults import size_label
+from symmbench.examples import SAFE_ENV
+from symmbench.report import med_rng
+from symmbench.timing import iters_for
+from symmbench.versions import versions
+from symmbench.worker import Job
 
 HERE = Path(__file__).resolve().parent
 KIB = 1024
@@ -40,31 +47,20 @@ HIDDEN = 7168
 TOPK = 8
 
 
-def _compare():
-    spec = importlib.util.spec_from_file_location("symmwin_bench_compare", HERE / "compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-compare = _compare()
-
-
-class OpsWorker(compare.Worker):
+class OpsWorker(Job):
     def rec(self, kind, impl, size, mode, us, out_bytes, **extra):
         item = {"kind": kind, "impl": impl, "size": size, "mode": mode, "us": us,
                 "gbs": [out_bytes / t / 1e3 for t in us], **extra}
-        self.items.append(item)
+        self.h.items.append(item)
         med = statistics.median(us)
-        self.log(f"{kind:9s} {impl:34s} {str(size):>10} {mode:5s} {med:9.2f} us "
+        self.h.log(f"{kind:9s} {impl:34s} {str(size):>10} {mode:5s} {med:9.2f} us "
                  f"[{min(us):.2f}-{max(us):.2f}] {out_bytes / med / 1e3:7.1f} GB/s")
 
     def both_modes(self, kind, impl, size, fn, out_bytes, iters, **extra):
         for graph in (False, True):
             mode = "graph" if graph else "eager"
-            self.guarded(f"{impl} {size} {mode}", lambda: self.rec(
-                kind, impl, size, mode, self.time_gpu(fn, iters, graph), out_bytes, **extra))
+            self.h.guarded(f"{impl} {size} {mode}", lambda: self.rec(
+                kind, impl, size, mode, self.h.time_gpu(fn, iters, graph), out_bytes, **extra))
 
     def sym(self, shape, dtype):
         return self.symm_mem.empty(shape, dtype=dtype, device=self.device)
@@ -75,7 +71,7 @@ class OpsWorker(compare.Worker):
         torch, W, g = self.torch, self.world, self.group_name
         for kib in self.args.sizes_kib:
             size = kib * KIB
-            iters = self.iters_for(size)
+            iters = iters_for(size)
             out_bytes = (W - 1) * size
             if self.backend == "CUDA":
                 inp = torch.empty(W * size, dtype=torch.uint8, device=self.device)
@@ -182,10 +178,10 @@ class OpsWorker(compare.Worker):
 
     def run(self) -> dict:
         if self.backend != "CUDA":
-            self.guarded("moe", self.moe)
+            self.h.guarded("moe", self.moe)
         self.a2a_sizes()
-        return {"backend": self.backend, "world": self.world, "items": self.items,
-                "errors": self.errors, "versions": compare.versions(self.torch)}
+        return {"backend": self.backend, "world": self.world, "items": self.h.items,
+                "errors": self.h.errors, "versions": versions(self.torch)}
 
 
 def worker_main(args) -> int:
@@ -220,7 +216,7 @@ def report(results, out: Path) -> str:
         rows = {}
         for backend, it in items:
             rows.setdefault((backend, it["impl"], it["mode"]), {})[it["size"]] = it
-        label = [compare.size_label(s) if isinstance(s, int) else s for s in sizes]
+        label = [size_label(s) if isinstance(s, int) else s for s in sizes]
         lines += [f"## {title}", "", "| backend | op | mode | " + " | ".join(label) + " |",
                   "| --- | --- | --- | " + " | ".join("---" for _ in sizes) + " |"]
         for (backend, impl, mode), by in sorted(rows.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
@@ -230,7 +226,7 @@ def report(results, out: Path) -> str:
                 if not it:
                     cells.append("-")
                     continue
-                gm, glo, ghi = compare.med_rng(it["gbs"])
+                gm, glo, ghi = med_rng(it["gbs"])
                 cells.append(f"{gm:.0f} [{glo:.0f}-{ghi:.0f}], {statistics.median(it['us']):.1f} us")
             lines.append(f"| {backend} | {impl} | {mode} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -256,7 +252,7 @@ def run_jobs(args) -> list[dict]:
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(compare.SAFE_ENV)
+    env.update(SAFE_ENV)
     env.setdefault("PYTHONUNBUFFERED", "1")
     results = []
     for i, backend in enumerate(args.backends):
@@ -301,7 +297,7 @@ def main() -> int:
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     ap.add_argument("--json", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    for k, v in compare.SAFE_ENV.items():
+    for k, v in SAFE_ENV.items():
         os.environ[k] = v
     if args.worker:
         if args.worker == "SYMMWIN":
