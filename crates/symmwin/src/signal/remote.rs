@@ -240,6 +240,21 @@ impl<'a> SignalScope<'a> {
         first_cause([sent, received])
     }
 
+    /// Barrier among the mapped ranks only (this host's), through the pads.
+    pub(crate) fn mapped_barrier(
+        &self,
+        channel: usize,
+        timeout: Duration,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.local_barrier(
+            channel,
+            &|| deadline.saturating_duration_since(Instant::now()),
+            stream,
+        )
+    }
+
     /// Signal and wait for every mapped peer through the pads.
     fn local_barrier(
         &self,

@@ -2,12 +2,13 @@
 //! the window (copies), every other rank through the group's own process-group
 //! backend ([`RemotePeers::transfer`]), in the same call and overlapped.
 //!
-//! Every op runs as entry barrier, moves, exit barrier, with the barriers over the
-//! whole group (pads with the mapped ranks, one flag each way with the others). A rank
-//! writes only its own outputs: it pulls from mapped peers and receives from the
-//! others, and sends its inputs to the ranks of other hosts. After the entry barrier
-//! every input is ready; the exit barrier keeps each input unchanged until its last
-//! reader is done.
+//! Every op runs as entry barrier, moves, exit barrier, the barriers among the ranks
+//! of this host only (pads). A rank writes only its own outputs: it pulls from mapped
+//! peers and receives from the others, and sends its inputs to the ranks of other
+//! hosts. After the entry barrier every local input is ready; the exit barrier keeps
+//! each input unchanged until its last local reader is done. The messages need no
+//! barrier: a receive completes only once its sender is in the op, a send only once
+//! its bytes have left, and the messages of a pair keep their order from op to op.
 //!
 //! The sizes of every message must be known on the host: split tables are read to the
 //! host (device memory: a few small copies and a wait for the stream), exchanged with
@@ -63,19 +64,24 @@ impl<'a> SpanningOps<'a> {
             .collect()
     }
 
-    fn barrier(&self, ctx: &OpContext) -> Result<()> {
-        self.scope.barrier(ctx.channel, ctx.timeout, ctx.stream)
+    /// Barrier among this host's ranks: their inputs are ready (entry) or no longer
+    /// read (exit). The ranks of other hosts need none: a receive completes only once
+    /// its sender has entered the op, and a send only once its bytes have left.
+    fn local_barrier(&self, ctx: &OpContext) -> Result<()> {
+        self.scope
+            .mapped_barrier(ctx.channel, ctx.timeout, ctx.stream)
     }
 
-    /// Entry barrier, `body`, exit barrier; the body's error is reported after the
-    /// exit barrier (a barrier failure wins: the group is then out of step).
+    /// Entry barrier, `body`, exit barrier, among this host's ranks; the body's error
+    /// is reported after the exit barrier (a barrier failure wins: the host's ranks
+    /// are then out of step).
     fn collective(&self, ctx: &OpContext, body: impl FnOnce() -> Result<()>) -> Result<()> {
-        self.barrier(ctx)?;
-        // Device memory: once the barrier has completed on the stream every peer's
-        // inputs are ready; the copies below do not run on the caller's stream.
+        self.local_barrier(ctx)?;
+        // Device memory: once the barrier has completed on the stream every local
+        // peer's inputs are ready; the copies below do not run on the caller's stream.
         self.provider.signals().synchronize(ctx.stream)?;
         let outcome = body();
-        self.barrier(ctx)?;
+        self.local_barrier(ctx)?;
         outcome
     }
 }
