@@ -176,19 +176,29 @@ struct Remote {
   }
 };
 
-void report(SymmwinRemoteError* error, int peer, const std::string& what) {
-  if (error == nullptr) {
-    return;
-  }
+// True when a backend's message says it gave up waiting.
+bool says_timed_out(const std::string& what) {
   std::string lower = what;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) {
     return static_cast<char>(std::tolower(c));
   });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+void report(SymmwinRemoteError* error, int peer, const std::string& what) {
+  if (error == nullptr) {
+    return;
+  }
   error->peer = peer;
-  error->timed_out = lower.find("timed out") != std::string::npos ||
-      lower.find("timeout") != std::string::npos;
+  error->timed_out = says_timed_out(what);
   std::snprintf(error->message, sizeof(error->message), "%s", what.c_str());
 }
+
+std::string message_of(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error ? c10_error->what_without_backtrace() : e.what();
+}
+
 
 template <typename F>
 int guarded(void* ctx, SymmwinRemoteError* error, F&& f) noexcept {
@@ -219,6 +229,32 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
+using Waits = std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>>;
+
+// Waits for every work (each up to the deadline) and then raises the first failure,
+// a lost connection before a timeout: a rank that died is named, not a live rank that
+// was itself waiting for it.
+void wait_all(Waits& waits, Clock::time_point deadline, int& peer) {
+  std::optional<Failure> lost;
+  std::optional<Failure> late;
+  for (auto& [who, work] : waits) {
+    try {
+      work->wait(left_until(deadline));
+    } catch (const std::exception& e) {
+      auto message = message_of(e);
+      auto& first = says_timed_out(message) ? late : lost;
+      if (!first) {
+        first = Failure{who, std::move(message)};
+      }
+    }
+  }
+  if (lost || late) {
+    const auto& failure = lost ? *lost : *late;
+    peer = failure.peer;
+    TORCH_CHECK(false, failure.message);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> post(c10d::ProcessGroup& pg, Message& m) {
   std::vector<at::Tensor> tensors{m.tensor};
   return m.send ? pg.send(tensors, m.peer, m.tag) : pg.recv(tensors, m.peer, m.tag);
@@ -229,7 +265,7 @@ c10::intrusive_ptr<c10d::Work> post(c10d::ProcessGroup& pg, Message& m) {
 void run_host(Remote& r, std::vector<Message>& batch, bool wait_sends, uint64_t timeout_ms, int& peer) {
   auto pg = r.group();
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> waits;
+  Waits waits;
   for (auto& m : batch) {
     peer = m.peer;
     auto work = post(*pg, m);
@@ -239,10 +275,7 @@ void run_host(Remote& r, std::vector<Message>& batch, bool wait_sends, uint64_t 
       waits.emplace_back(m.peer, std::move(work));
     }
   }
-  for (auto& [who, work] : waits) {
-    peer = who;
-    work->wait(left_until(deadline));
-  }
+  wait_all(waits, deadline, peer);
 }
 
 // CUDA memory: one coalesced batch when there are several messages, ordered on the
