@@ -6,7 +6,8 @@
 # Usage: scripts/gpu_ops.sh BIN_DIR OUT_DIR [STAGE...]
 #   BIN_DIR holds libsymmwin_capi.a and, for the `rust` stage, cuda_ops (the Rust test
 #   binary); scripts/build_gpu_ops_bins.sh BIN_DIR builds both where cargo is.
-#   STAGE: rust (kernels through the Rust core, no torch), gpu (tests/torch/
+#   STAGE: rust (kernels through the Rust core, no torch; with it, the NVML fabric
+#   domain test, which `fabric` runs alone and shows what it read), gpu (tests/torch/
 #   test_ops_gpu.py), generic (tests/torch/test_ops.py on CUDA tensors, and the
 #   comparison with torch's NVSHMEM ops where two GPUs are present), hosts (groups
 #   spanning hosts: tests/torch/test_hosts.py on CUDA tensors), moe
@@ -41,6 +42,11 @@ for stage in $stages; do
     else
       echo "rust cuda_ops: skipped ($bin/cuda_ops missing; scripts/build_gpu_ops_bins.sh builds it)"
     fi ;;
+  fabric)
+    timeout 60 "$bin/cuda_ops" --ignored --exact --nocapture \
+      fabric_domain_is_read_from_nvml_on_every_device > "$out/rust_fabric_domain.log" 2>&1
+    echo "rust fabric domain: exit $? $(grep -E '^test result' "$out/rust_fabric_domain.log")"
+    grep -E '^cuda:[0-9]+: fabric domain' "$out/rust_fabric_domain.log" ;;
   gpu)
     timeout 420 python3 -m pytest tests/torch/test_ops_gpu.py -q -rs -k "${OPS_K:-}" \
       > "$out/pytest_ops_gpu.log" 2>&1

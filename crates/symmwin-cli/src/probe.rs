@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use symmwin::provider::cuda::{DeviceReport, HandleSupport};
+use symmwin::provider::cuda::{DeviceReport, FabricDomainProbe, HandleSupport};
 
 pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
     if json {
@@ -71,9 +71,19 @@ fn report_table(devices: &[DeviceReport]) -> String {
         );
         let _ = writeln!(out, "  fabric handles: {}", support(&d.fabric));
         let _ = writeln!(out, "  POSIX fd handles: {}", support(&d.posix_fd));
+        let _ = writeln!(out, "  fabric domain: {}", fabric_domain(&d.fabric_domain));
     }
     out.truncate(out.trim_end().len());
     out
+}
+
+/// The NVLink fabric domain as one phrase: the cluster and clique, or why there is none.
+fn fabric_domain(probe: &FabricDomainProbe) -> String {
+    match (&probe.domain, &probe.none_because) {
+        (Some(d), _) => format!("cluster {} clique {}", d.cluster_uuid, d.clique_id),
+        (None, Some(why)) => format!("none: {why}"),
+        (None, None) => "none".to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -99,7 +109,21 @@ mod tests {
             granularity_min: 2 << 20,
             granularity_recommended: 2 << 20,
             driver_version: 13000,
+            fabric_domain: FabricDomainProbe {
+                domain: None,
+                none_because: Some("fabric state is IN_PROGRESS".into()),
+            },
         };
+        let mut in_domain = report.clone();
+        in_domain.fabric_domain = FabricDomainProbe {
+            domain: Some(symmwin::FabricDomain {
+                cluster_uuid: "0123456789abcdef0123456789abcdef".into(),
+                clique_id: 3,
+            }),
+            none_because: None,
+        };
+        assert!(report_table(&[in_domain])
+            .contains("fabric domain: cluster 0123456789abcdef0123456789abcdef clique 3"));
         let table = report_table(&[report]);
         assert!(
             table.contains("cuda:0 NVIDIA H200 (sm_90, 140.4 GiB, driver 13.0)"),
@@ -111,6 +135,7 @@ mod tests {
         );
         assert!(table.contains("fabric handles: no (cuMemCreate: CUDA_ERROR_NOT_PERMITTED)"));
         assert!(table.contains("POSIX fd handles: yes"));
+        assert!(table.contains("fabric domain: none: fabric state is IN_PROGRESS"));
         assert_eq!(report_table(&[]), "no CUDA devices");
     }
 }

@@ -372,3 +372,44 @@ fn host_sized_ops_match_on_both_engines_at_world_2_4_8() {
 fn tile_reduce_sums_exactly_at_every_root_at_world_2_4_8() {
     run_everywhere("tiles");
 }
+
+/// The NVLink fabric domain of every device, from NVML: NVML loads and finds each
+/// device by the PCI address the driver gives, and the provider publishes exactly what
+/// NVML reports when it shares fabric handles, nothing when it shares POSIX fds.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fabric_domain_is_read_from_nvml_on_every_device() {
+    use symmwin::provider::cuda::{read_fabric_domain, NoFabricDomain};
+    use symmwin::HandleType;
+    for device in 0..device_count().unwrap() {
+        let read = read_fabric_domain(device);
+        match &read {
+            Ok(domain) => {
+                println!(
+                    "cuda:{device}: fabric domain: cluster {} clique {}",
+                    domain.cluster_uuid, domain.clique_id
+                );
+                assert_eq!(domain.cluster_uuid.len(), 32, "{domain:?}");
+                assert!(domain.cluster_uuid.bytes().all(|b| b.is_ascii_hexdigit()));
+                assert!(domain.cluster_uuid.bytes().any(|b| b != b'0'), "{domain:?}");
+            }
+            Err(why) => println!("cuda:{device}: fabric domain: none: {why}"),
+        }
+        let unreached = match &read {
+            Err(NoFabricDomain::NvmlMissing(_))
+            | Err(NoFabricDomain::SymbolMissing(_))
+            | Err(NoFabricDomain::PciAddress(_)) => true,
+            Err(NoFabricDomain::Nvml { call, .. }) => !call.contains("FabricInfo"),
+            _ => false,
+        };
+        assert!(!unreached, "cuda:{device}: NVML did not reach the device");
+        let provider = CudaProvider::new(device, HandlePreference::Auto).unwrap();
+        let expected = match provider.info().handle_type {
+            HandleType::Fabric => read.ok(),
+            HandleType::PosixFd => None,
+        };
+        for _ in 0..2 {
+            assert_eq!(provider.fabric_domain(), expected, "cuda:{device}");
+        }
+    }
+}

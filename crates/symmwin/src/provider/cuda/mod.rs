@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 
 mod context;
 mod driver;
+mod fabric_domain;
 mod map_batch;
 mod ops;
 mod probe;
@@ -33,7 +34,9 @@ mod timeout_tests;
 
 use context::PrimaryContext;
 use driver::PhaseExt;
+use fabric_domain::CachedFabricDomain;
 
+pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain, NvmlStatus};
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
@@ -51,6 +54,7 @@ pub struct CudaProvider {
     stream: Arc<PrivateStream>,
     signals: Arc<CudaSignals>,
     ops: CudaOps,
+    fabric_domain: CachedFabricDomain,
 }
 
 impl CudaProvider {
@@ -99,6 +103,7 @@ impl CudaProvider {
             handle_type,
             granularity,
             stream,
+            fabric_domain: CachedFabricDomain::default(),
         })
     }
 
@@ -246,6 +251,11 @@ impl Provider for CudaProvider {
 
     fn ops(&self) -> &dyn crate::ops::DeviceOps {
         &self.ops
+    }
+
+    /// Read from NVML once, and only for fabric handles (POSIX fds never leave the host).
+    fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
+        self.fabric_domain.get(self.ctx.ordinal, self.handle_type)
     }
 
     /// Runs on the provider's private non-blocking stream: it is not ordered after work

@@ -39,6 +39,8 @@ pub struct DeviceReport {
     pub granularity_recommended: usize,
     /// Driver version as the driver encodes it (1000 * major + 10 * minor).
     pub driver_version: i32,
+    /// The device's NVLink fabric domain (from NVML), or why it has none.
+    pub fabric_domain: super::FabricDomainProbe,
 }
 
 /// The outcome of a handle-type probe.
@@ -118,6 +120,7 @@ pub fn probe_device(ordinal: i32) -> Result<DeviceReport> {
         granularity_min: 0,
         granularity_recommended: 0,
         driver_version,
+        fabric_domain: super::read_fabric_domain(ordinal).into(),
     };
     if !vmm_supported {
         return Ok(report);
