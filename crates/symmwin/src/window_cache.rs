@@ -7,14 +7,14 @@
 //! allocation behind it are gone, the window is *parked* here as it is (the span
 //! with every rank's slot still mapped, our memory, our local view). Nobody writes
 //! through a parked window, but peers may still hold their own windows over our
-//! memory, so a parked window is not handed out. Every later rendezvous of the group
-//! carries, in each rank's request, the windows that rank has parked
-//! ([`crate::rendezvous::request::WindowOffer::freed`]). A window that *every* rank
-//! lists has no user left on any rank: it is *released* on every rank at once (all
-//! read the same requests), and only then may an allocation take it.
+//! memory, so a parked window is not handed out. In every later rendezvous of the
+//! group, each rank's first message to each peer over the exchange socket lists the
+//! windows that rank has parked ([`Offer::freed`]). A window that *every* rank lists
+//! has no user left on any rank: it is *released* on every rank at once (all of them
+//! get the same offers), and only then may an allocation take it.
 //!
 //! The window is reused as a unit: the allocation gets our memory back, and the
-//! rendezvous that follows offers the window ([`WindowOffer::reuse`]). If every rank
+//! rendezvous that follows offers the window ([`Offer::reuse`]). If every rank
 //! offers the same window, every rank's new allocation is its own slot of that
 //! window, so the span is already right: the rendezvous skips export, exchange,
 //! import and map. Otherwise the old span is dropped and the rendezvous runs as for
@@ -29,11 +29,14 @@
 //! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
 //! as before, and so is everything parked for a group that is dropped. [`flush`]
 //! frees it all at once.
-//! The release decision trusts each rank's request as the store holds it: whoever can
-//! write the store can make a rank reuse a window early (the same trust the request's
-//! sizes and pad bitmaps need; handles themselves are still authenticated).
+//! The offers never go through the store, which other users of the machine may be
+//! able to write (a TCP store is open to it): a message is accepted only from the
+//! process that published the sender rank's request, under our uid, carrying our
+//! token, and a rank whose offer did not come counts as having freed nothing. So
+//! nobody who can only write the store can make a rank reuse a window early.
 //!
-//! [`WindowOffer::reuse`]: crate::rendezvous::request::WindowOffer::reuse
+//! [`Offer::freed`]: crate::exchange::Offer::freed
+//! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -43,7 +46,7 @@ use crate::layout::FlatLayout;
 use crate::provider::{Memory, Provider, Span};
 
 /// Parked windows a rank announces per group (older ones are really freed).
-pub(crate) const MAX_FREED: usize = 8;
+pub(crate) const MAX_FREED: usize = crate::exchange::wire::MAX_OFFERED;
 /// Released windows kept for reuse, and their total size on this rank.
 const MAX_RELEASED: usize = 4;
 const MAX_RELEASED_BYTES: usize = 4 << 30;

@@ -19,7 +19,7 @@ impl Endpoint {
         &self,
         round: &Round<'_>,
         mut raw: Received,
-    ) -> std::result::Result<(Message, SharedHandle), String> {
+    ) -> std::result::Result<(Message, Option<SharedHandle>), String> {
         if raw.truncated {
             return Err("truncated datagram".into());
         }
@@ -49,8 +49,9 @@ impl Endpoint {
             }
         }
         let handle = match message.payload {
-            Payload::Fd if raw.fds.len() == 1 => SharedHandle::Fd(raw.fds.remove(0)),
-            Payload::Fabric(bytes) if raw.fds.is_empty() => SharedHandle::Fabric(bytes),
+            Payload::Fd if raw.fds.len() == 1 => Some(SharedHandle::Fd(raw.fds.remove(0))),
+            Payload::Fabric(bytes) if raw.fds.is_empty() => Some(SharedHandle::Fabric(bytes)),
+            Payload::NoHandle if raw.fds.is_empty() => None,
             _ => {
                 return Err(format!(
                     "{} fds attached to a {:?} message",

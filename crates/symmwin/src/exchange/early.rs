@@ -2,7 +2,8 @@
 //! reached yet are kept, authenticated, until it does.
 
 use super::transport::Received;
-use super::{Endpoint, Round};
+use super::wire::Offer;
+use super::{Endpoint, Round, Traded};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
@@ -15,7 +16,8 @@ pub(super) struct Early {
     pid: Option<u32>,
     world: usize,
     physical_size: u64,
-    handle: SharedHandle,
+    offer: Offer,
+    handle: Option<SharedHandle>,
 }
 
 impl Endpoint {
@@ -24,7 +26,7 @@ impl Endpoint {
         &mut self,
         round: &Round<'_>,
         raw: Received,
-        received: &mut [Option<SharedHandle>],
+        traded: &mut Traded,
     ) -> Result<()> {
         let pid = raw.pid;
         match self.authenticate(round, raw) {
@@ -34,10 +36,11 @@ impl Endpoint {
                     pid,
                     world: message.world as usize,
                     physical_size: message.physical_size,
+                    offer: message.offer,
                     handle,
                 };
                 if message.group == round.group && message.seq == round.seq {
-                    self.accept(round, early, received)
+                    self.accept(round, early, traded)
                 } else if message.group == round.group && message.seq > round.seq {
                     self.early
                         .entry((message.group, message.seq))
@@ -58,13 +61,14 @@ impl Endpoint {
         }
     }
 
-    /// Take a handle for the current rendezvous, if its sender is a peer we expect
-    /// one from and has not sent one yet.
+    /// Take a message for the current rendezvous, if its sender is a peer we expect
+    /// one from: its offer if it is the sender's first, its handle if it has one and
+    /// the sender sent none before.
     pub(super) fn accept(
         &mut self,
         round: &Round<'_>,
         early: Early,
-        received: &mut [Option<SharedHandle>],
+        traded: &mut Traded,
     ) -> Result<()> {
         let sender = early.sender;
         let expected = round.peers.get(sender).map(|p| p.pid);
@@ -95,20 +99,30 @@ impl Endpoint {
             )
             .with_peer(sender));
         }
-        match received.get_mut(sender) {
-            Some(slot @ None) if round.targets.contains(&sender) => {
-                *slot = Some(early.handle);
-                self.counts.accepted += 1;
-                Ok(())
-            }
-            _ => {
-                self.rejected += 1;
-                tracing::warn!(
-                    "symmwin rank {}: duplicate handle from rank {sender}",
-                    round.rank
-                );
-                Ok(())
-            }
+        if !round.targets.contains(&sender) {
+            self.reject_duplicate(round, sender);
+            return Ok(());
         }
+        let first = traded.offers[sender].is_none();
+        if first {
+            traded.offers[sender] = Some(early.offer);
+        }
+        match (early.handle, &mut traded.handles[sender]) {
+            (Some(handle), slot @ None) => {
+                *slot = Some(handle);
+                self.counts.accepted += 1;
+            }
+            (None, _) if first => {}
+            _ => self.reject_duplicate(round, sender),
+        }
+        Ok(())
+    }
+
+    fn reject_duplicate(&mut self, round: &Round<'_>, sender: usize) {
+        self.rejected += 1;
+        tracing::warn!(
+            "symmwin rank {}: unexpected or duplicate message from rank {sender}",
+            round.rank
+        );
     }
 }

@@ -24,6 +24,7 @@ use crate::provider::SharedHandle;
 use crate::token::Token;
 use early::Early;
 pub use sweep::remove_own_sockets;
+pub use wire::Offer;
 
 /// Where one peer listens and what it expects from us.
 #[derive(Debug, Clone)]
@@ -75,7 +76,8 @@ pub struct Endpoint {
 /// What an endpoint has sent and accepted since it was bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExchangeCounts {
-    /// Datagrams sent (one per peer per rendezvous).
+    /// Datagrams sent (one per peer per rendezvous; two to a peer that needs a
+    /// handle after our first message offered a freed window and carried none).
     pub sent: u64,
     /// Handles accepted (one per peer per rendezvous); each fd is closed after import.
     pub accepted: u64,
@@ -133,24 +135,50 @@ impl Endpoint {
         handle: &SharedHandle,
         timeout: Duration,
     ) -> Result<Vec<Option<SharedHandle>>> {
-        let world = round.peers.len();
+        let mut traded = Traded::new(round.peers.len());
+        let ours = (Offer::default(), Some(handle));
+        self.trade(round, &mut traded, ours, Awaited::Handles, timeout)?;
+        Ok(traded.handles)
+    }
+
+    /// Send our offer (and our handle, when `ours.1` has one) to every target that has
+    /// not had it yet, and receive until every target's `awaited` part has come, in
+    /// any order. Called again for the same rendezvous with a handle, it sends only
+    /// the handle that is new and keeps what came before.
+    pub fn trade(
+        &mut self,
+        round: &Round<'_>,
+        traded: &mut Traded,
+        ours: (Offer, Option<&SharedHandle>),
+        awaited: Awaited,
+        timeout: Duration,
+    ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let fds_dropped_before = self.fds_dropped;
-        let mut received: Vec<Option<SharedHandle>> = (0..world).map(|_| None).collect();
         for early in self
             .early
             .remove(&(round.group, round.seq))
             .unwrap_or_default()
         {
-            self.accept(round, early, &mut received)?;
+            self.accept(round, early, traded)?;
         }
-        let mut unsent: Vec<usize> = round.targets.to_vec();
+        let needed = if ours.1.is_some() {
+            Sent::Handle
+        } else {
+            Sent::OfferOnly
+        };
         loop {
             let mut full = Vec::new();
             let mut lost = Vec::new();
-            for peer in unsent {
-                match self.try_send(round, peer, handle) {
-                    Ok(true) => self.counts.sent += 1,
+            for &peer in round.targets {
+                if traded.sent[peer] >= needed {
+                    continue;
+                }
+                match self.try_send(round, peer, ours) {
+                    Ok(true) => {
+                        traded.sent[peer] = needed;
+                        self.counts.sent += 1;
+                    }
                     Ok(false) => full.push(peer),
                     Err(e) => lost.push((peer, e)),
                 }
@@ -158,36 +186,81 @@ impl Endpoint {
             if !lost.is_empty() {
                 return Err(diagnosis::most_likely_lost(round, lost));
             }
-            unsent = full;
             let missing: Vec<usize> = round
                 .targets
                 .iter()
                 .copied()
-                .filter(|&r| received[r].is_none())
+                .filter(|&r| !traded.has(awaited, r))
                 .collect();
-            if missing.is_empty() && unsent.is_empty() {
-                return Ok(received);
+            if missing.is_empty() && full.is_empty() {
+                return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
                 let mut waiting = missing;
-                waiting.extend(&unsent);
+                waiting.extend(&full);
                 let fds_dropped = self.fds_dropped - fds_dropped_before;
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
             // While sends are pending, poll briefly so they are retried soon.
-            let wait = if unsent.is_empty() {
+            let wait = if full.is_empty() {
                 deadline - now
             } else {
                 Duration::from_millis(1).min(deadline - now)
             };
             if self.wait_readable(wait)? {
                 while let Some(msg) = self.receive_one()? {
-                    self.route(round, msg, &mut received)?;
+                    self.route(round, msg, traded)?;
                 }
             }
         }
     }
+}
+
+/// What the peers of one rendezvous have sent us so far, and what went to them.
+#[derive(Debug)]
+pub struct Traded {
+    /// Each rank's word on freed windows (`None` until its first message came, and at
+    /// our own rank).
+    pub offers: Vec<Option<Offer>>,
+    /// Each rank's handle (`None` until it came, and at our own rank).
+    pub handles: Vec<Option<SharedHandle>>,
+    sent: Vec<Sent>,
+}
+
+impl Traded {
+    /// Nothing traded yet with any of `world` ranks.
+    pub fn new(world: usize) -> Self {
+        Traded {
+            offers: vec![None; world],
+            handles: (0..world).map(|_| None).collect(),
+            sent: vec![Sent::Nothing; world],
+        }
+    }
+
+    fn has(&self, awaited: Awaited, rank: usize) -> bool {
+        match awaited {
+            Awaited::Offers => self.offers[rank].is_some(),
+            Awaited::Handles => self.handles[rank].is_some(),
+        }
+    }
+}
+
+/// What a call of [`Endpoint::trade`] waits for from every target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// A first message (its offer; a handle may come with it).
+    Offers,
+    /// A handle.
+    Handles,
+}
+
+/// What went to a peer in this rendezvous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Sent {
+    Nothing,
+    OfferOnly,
+    Handle,
 }
 
 /// The error of an exchange that timed out waiting for the peers in `waiting`: the

@@ -17,7 +17,7 @@ use rustix::net::{
 
 use super::auth::check_peer_socket;
 use super::diagnosis::shown;
-use super::wire::{Message, Payload, FABRIC_LEN};
+use super::wire::{Message, Offer, Payload, FABRIC_LEN};
 use super::{Endpoint, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
@@ -63,13 +63,15 @@ pub(super) fn bind_socket(path: &Path) -> Result<OwnedFd> {
 }
 
 impl Endpoint {
-    /// Send to `peer`; `Ok(false)` when its queue is full and we should retry.
+    /// Send our offer and handle (`ours`) to `peer`; `Ok(false)` when its queue is
+    /// full and we should retry.
     pub(super) fn try_send(
         &self,
         round: &Round<'_>,
         peer: usize,
-        handle: &SharedHandle,
+        ours: (Offer, Option<&SharedHandle>),
     ) -> Result<bool> {
+        let (offer, handle) = ours;
         let address = &round.peers[peer];
         let message = Message {
             group: round.group,
@@ -78,9 +80,11 @@ impl Endpoint {
             world: round.peers.len() as u32,
             token: address.token.0,
             physical_size: round.physical_size,
+            offer,
             payload: match handle {
-                SharedHandle::Fd(_) => Payload::Fd,
-                SharedHandle::Fabric(bytes) => Payload::Fabric(*bytes),
+                Some(SharedHandle::Fd(_)) => Payload::Fd,
+                Some(SharedHandle::Fabric(bytes)) => Payload::Fabric(*bytes),
+                None => Payload::NoHandle,
             },
         };
         let mut buf = [0u8; FABRIC_LEN];
@@ -94,7 +98,7 @@ impl Endpoint {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         let fds;
-        if let SharedHandle::Fd(fd) = handle {
+        if let Some(SharedHandle::Fd(fd)) = handle {
             fds = [fd.as_fd()];
             control.push(SendAncillaryMessage::ScmRights(&fds));
         }

@@ -1,16 +1,18 @@
-//! Making a window of fresh memory once the ranks agree: map our own memory,
-//! exchange handles, import and map the peers'.
+//! Making the window once the ranks agree: trade offers (taking a released window
+//! over whole when every rank offers it), or map our own memory, trade handles,
+//! import and map the peers'.
 
 use super::clock::Step;
 use super::import;
 use super::locality::Reach;
-use super::reuse::Own;
+use super::reuse::{self, Own};
 use super::run::{Exchanged, Gathered, Rendezvous};
 use super::spanning;
-use crate::error::Result;
-use crate::exchange::Round;
+use crate::error::{Error, Result};
+use crate::exchange::{Awaited, Offer, Round, Traded};
 use crate::layout::FlatLayout;
 use crate::provider::{Memory, SharedHandle, Span};
+use crate::window_cache;
 
 /// The span reserved for a fresh window, and whether our slot is mapped already.
 struct Reserved {
@@ -20,28 +22,121 @@ struct Reserved {
 }
 
 impl Rendezvous<'_> {
-    /// Make a window of fresh memory from the gathered requests: reserve the span,
-    /// send `handle` to the peers that take it over the socket, take theirs (and
-    /// fabric peers' from their requests), import and map.
-    pub(super) fn map_fresh(
+    /// Once the ranks agree: trade offers with the peers over the socket (in a group
+    /// that keeps windows), take a released window over whole when every rank offers
+    /// the same one; otherwise trade handles, import and map. `ours` is our offer and
+    /// our handle, if exported already (it then goes with our offer).
+    pub(super) fn trade_and_map(
         &mut self,
         own: &Own<'_>,
-        handle: SharedHandle,
+        ours: (Offer, Option<SharedHandle>),
         gathered: Gathered,
     ) -> Result<Exchanged> {
-        let memory = own.memory();
-        let mut reserved = self.map_own(own)?;
-        let (reach, handles) = self.exchange_handles(&gathered, handle, memory.len())?;
-        self.import_and_map(&mut reserved, memory, handles)?;
+        let shared = self.shared;
+        let (offer, handle) = ours;
+        let requests = &gathered.requests;
+        let reach = spanning::reach(requests, shared.rank, shared.provider.info().handle_type)?;
+        let targets: Vec<usize> = (0..shared.world)
+            .filter(|&r| reach[r] == Reach::Socket)
+            .collect();
+        let cacheable = spanning::one_host(requests) && targets.len() + 1 == shared.world;
+        let round = Round {
+            group: shared.id,
+            seq: gathered.seq,
+            rank: shared.rank,
+            peers: &gathered.peers,
+            targets: &targets,
+            physical_size: own.memory().len() as u64,
+        };
+        let mut traded = Traded::new(shared.world);
+        // A pad pool's slot must read zero before any peer gets our handle.
+        let early_reserve = own.purpose().zeroed_before_sharing();
+        let mut reserved = early_reserve.then(|| self.map_own(own)).transpose()?;
+        if cacheable && matches!(own, Own::Alloc(_)) {
+            self.trade(
+                &round,
+                &mut traded,
+                (offer, handle.as_ref()),
+                Awaited::Offers,
+            )?;
+            self.clock.lap(Step::Exchange);
+            if let Some(window) = self.settle_offers(own, offer, &traded) {
+                self.clock.mark_reused();
+                return Ok(Exchanged {
+                    span: window.span,
+                    layout: window.layout,
+                    mapped: vec![true; shared.world],
+                    requests: gathered.requests,
+                    seq: gathered.seq,
+                    cacheable: true,
+                });
+            }
+        }
+        let handle = match handle {
+            Some(handle) => handle,
+            None => {
+                let handle = own.export()?;
+                self.clock.lap(Step::Export);
+                handle
+            }
+        };
+        if reserved.is_none() {
+            reserved = Some(self.map_own(own)?);
+        }
+        self.trade(
+            &round,
+            &mut traded,
+            (offer, Some(&handle)),
+            Awaited::Handles,
+        )?;
+        // Closing an exported CUDA fd is not free; count it here, not nowhere.
+        drop(handle);
+        let handles = with_fabric_handles(&gathered, &reach, traded.handles)?;
+        self.clock.lap(Step::Exchange);
+        let mut reserved = reserved.ok_or_else(|| Error::invalid("no span was reserved"))?;
+        self.import_and_map(&mut reserved, own.memory(), handles)?;
         Ok(Exchanged {
             span: reserved.span,
             layout: reserved.layout,
-            cacheable: spanning::one_host(&gathered.requests),
+            cacheable,
             requests: gathered.requests,
             seq: gathered.seq,
-            reused: false,
             mapped: reach.iter().map(|r| r.is_mapped()).collect(),
         })
+    }
+
+    /// One trade with the peers of `round` (see [`crate::exchange::Endpoint::trade`]).
+    fn trade(
+        &mut self,
+        round: &Round<'_>,
+        traded: &mut Traded,
+        ours: (Offer, Option<&SharedHandle>),
+        awaited: Awaited,
+    ) -> Result<()> {
+        let timeout = self.shared.timeout;
+        self.state
+            .endpoint
+            .trade(round, traded, ours, awaited, timeout)
+    }
+
+    /// Every rank's offer is in (`offer` is ours): release the windows every rank
+    /// has freed, and take ours over if every rank offers the same released one. A
+    /// rank whose offer is missing lists nothing and offers nothing: no release.
+    fn settle_offers(
+        &mut self,
+        own: &Own<'_>,
+        offer: Offer,
+        traded: &Traded,
+    ) -> Option<crate::window_cache::WindowSpan> {
+        let rank = self.shared.rank;
+        let offers: Vec<Offer> = (0..self.shared.world)
+            .map(|r| match r == rank {
+                true => offer,
+                false => traded.offers[r].unwrap_or_default(),
+            })
+            .collect();
+        window_cache::release(self.shared, &reuse::freed_everywhere(&offers));
+        own.take_over(&offers)
     }
 
     /// Reserve the span, mapping and zeroing our own slot first where the window's
@@ -70,48 +165,6 @@ impl Rendezvous<'_> {
         })
     }
 
-    /// Send our handle to the peers that import it from the socket and take theirs;
-    /// peers on other hosts get nothing (those of our fabric domain read our
-    /// request), and theirs come from their requests. How each rank reaches us, and
-    /// the handles by rank (`None` at our own rank and at ranks we do not map).
-    fn exchange_handles(
-        &mut self,
-        gathered: &Gathered,
-        handle: SharedHandle,
-        physical_size: usize,
-    ) -> Result<(Vec<Reach>, Vec<Option<SharedHandle>>)> {
-        let shared = self.shared;
-        let requests = &gathered.requests;
-        let reach = spanning::reach(requests, shared.rank, shared.provider.info().handle_type)?;
-        let targets: Vec<usize> = (0..shared.world)
-            .filter(|&r| reach[r] == Reach::Socket)
-            .collect();
-        let round = Round {
-            group: shared.id,
-            seq: gathered.seq,
-            rank: shared.rank,
-            peers: &gathered.peers,
-            targets: &targets,
-            physical_size: physical_size as u64,
-        };
-        let mut handles = self
-            .state
-            .endpoint
-            .all_gather(&round, &handle, shared.timeout)?;
-        // Closing an exported CUDA fd is not free; count it here, not nowhere.
-        drop(handle);
-        for (peer, slot) in handles.iter_mut().enumerate() {
-            if reach[peer] == Reach::Store {
-                *slot = Some(spanning::handle_from_store(
-                    &requests[peer],
-                    &gathered.keys[peer],
-                )?);
-            }
-        }
-        self.clock.lap(Step::Exchange);
-        Ok((reach, handles))
-    }
-
     /// Import every peer's handle, then map every slot not mapped yet in one batch.
     fn import_and_map(
         &mut self,
@@ -130,6 +183,25 @@ impl Rendezvous<'_> {
         self.clock.lap(Step::Map);
         Ok(())
     }
+}
+
+/// The handles by rank: those that came over the socket, and the fabric handles of
+/// peers on other hosts from their requests (`None` at our own rank and at ranks we
+/// do not map).
+fn with_fabric_handles(
+    gathered: &Gathered,
+    reach: &[Reach],
+    mut handles: Vec<Option<SharedHandle>>,
+) -> Result<Vec<Option<SharedHandle>>> {
+    for (peer, slot) in handles.iter_mut().enumerate() {
+        if reach[peer] == Reach::Store {
+            *slot = Some(spanning::handle_from_store(
+                &gathered.requests[peer],
+                &gathered.keys[peer],
+            )?);
+        }
+    }
+    Ok(handles)
 }
 
 /// Map every slot of the span not mapped yet, in one batch: ours (unless `own.2` says

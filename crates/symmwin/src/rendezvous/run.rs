@@ -8,15 +8,14 @@ use super::claim;
 use super::clock::{PhaseClock, Step};
 use super::pads::PadAsk;
 use super::publish::{self, Ask};
-use super::request::{Request, WindowOffer};
+use super::request::Request;
 use super::retire::{self, KeysDone};
-use super::reuse::{self, Own};
+use super::reuse::Own;
 use crate::error::Result;
-use crate::exchange::PeerAddress;
+use crate::exchange::{Offer, PeerAddress};
 use crate::group::{GroupShared, GroupState};
 use crate::layout::FlatLayout;
 use crate::provider::{SharedHandle, Span};
-use crate::window_cache;
 
 /// A rendezvous in progress: what every step reads and the clock each one marks.
 pub(super) struct Rendezvous<'a> {
@@ -32,20 +31,12 @@ pub(super) struct Exchanged {
     pub(super) requests: Vec<Request>,
     /// The rendezvous number that made it.
     pub(super) seq: u64,
-    /// It is a released window taken over whole: no handles went between the ranks.
-    pub(super) reused: bool,
     /// Which ranks' memory is mapped in `span` (the others' slots stay unmapped).
     pub(super) mapped: Vec<bool>,
     /// The window may go to the window cache when freed: every rank maps every
-    /// rank over the socket (a group spanning hosts keeps no windows).
+    /// rank over the socket (a group spanning hosts keeps no windows). Every peer
+    /// then sent us a message, which it does only after reading every request.
     pub(super) cacheable: bool,
-}
-
-impl Exchanged {
-    /// True when a handle came over the socket from every peer.
-    fn every_peer_sent(&self) -> bool {
-        !self.reused && self.cacheable
-    }
 }
 
 /// What the gather of rendezvous `seq` produced: every rank's key, request and
@@ -86,19 +77,19 @@ impl<'a> Rendezvous<'a> {
             size,
             pads,
             handle: handle.as_ref(),
-            offer,
         };
         let (encoded, deadline) = self.publish(ask, &own_key)?;
         let mut gathered = false;
         let result = publish::gather_requests(self.shared, seq, encoded, deadline).and_then(
             |(keys, requests)| {
                 gathered = true;
-                self.make_window(&own, handle, seq, keys, requests)
+                let ours = (offer, handle);
+                self.make_window(&own, ours, seq, keys, requests)
             },
         );
         let done = KeysDone {
             earlier: gathered,
-            own: result.as_ref().is_ok_and(|e| e.every_peer_sent()),
+            own: result.as_ref().is_ok_and(|e| e.cacheable),
         };
         retire::retire_keys(self.shared, &mut self.state.stale_keys, own_key, done);
         result.map_err(|e| claim::explain(self.shared, seq, e))
@@ -110,7 +101,7 @@ impl<'a> Rendezvous<'a> {
     /// handle for peers of its fabric domain on other hosts. Memory that may take a
     /// released window over needs no handle unless that fails: only groups whose
     /// ranks all share one host keep windows, so then no peer reads it from the store.
-    fn export_ahead(&mut self, own: &Own<'_>, offer: &WindowOffer) -> Result<Option<SharedHandle>> {
+    fn export_ahead(&mut self, own: &Own<'_>, offer: &Offer) -> Result<Option<SharedHandle>> {
         let handle = match offer.reuse {
             Some(_) => None,
             None => Some(own.export()?),
@@ -137,42 +128,24 @@ impl<'a> Rendezvous<'a> {
     }
 
     /// After the gather: the window every rank agreed on, taken over when every rank
-    /// offers the same released one, otherwise mapped fresh.
+    /// offers the same released one, otherwise mapped fresh. `ours` is our offer and
+    /// our handle, if exported already.
     fn make_window(
         &mut self,
         own: &Own<'_>,
-        handle: Option<SharedHandle>,
+        ours: (Offer, Option<SharedHandle>),
         seq: u64,
         keys: Vec<String>,
         requests: Vec<Request>,
     ) -> Result<Exchanged> {
         let peers = publish::peer_addresses(&requests, &keys)?;
         self.clock.lap(Step::Gather);
-        window_cache::release(self.shared, &reuse::freed_everywhere(&requests));
-        // Only windows of one-host groups are parked (`cacheable`), so a window
-        // taken over maps every rank.
-        if let Some(window) = own.take_over(&requests) {
-            self.clock.mark_reused();
-            return Ok(Exchanged {
-                span: window.span,
-                layout: window.layout,
-                mapped: vec![true; requests.len()],
-                requests,
-                seq,
-                reused: true,
-                cacheable: true,
-            });
-        }
-        let handle = match handle {
-            Some(handle) => handle,
-            None => own.export()?,
-        };
         let gathered = Gathered {
             seq,
             keys,
             requests,
             peers,
         };
-        self.map_fresh(own, handle, gathered)
+        self.trade_and_map(own, ours, gathered)
     }
 }
