@@ -88,11 +88,10 @@ impl Allocation {
         ))
     }
 
-    /// Memory of a window released on every rank, zeroed again; its rendezvous
-    /// exports only if the window cannot be taken over whole.
+    /// Memory of a window released on every rank (the cache zeroed it again when
+    /// it released it); its rendezvous exports only if the window cannot be taken
+    /// over whole.
     fn reuse(parked: Parked, size: usize) -> Result<Self> {
-        let len = parked.memory.len();
-        parked.local.zero(0, len)?;
         Ok(Self::assemble(
             size,
             parked.local,

@@ -39,7 +39,7 @@
 //! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
@@ -81,14 +81,32 @@ pub(crate) struct Parked {
 struct Cache {
     /// Freed here, oldest first; peers may still use them.
     parked: VecDeque<Parked>,
-    /// Freed on every rank, oldest first: free to hand out.
+    /// Freed on every rank and zeroed, oldest first: free to hand out.
     released: VecDeque<Parked>,
+    /// Released windows being zeroed on the worker thread, by [`Parked::key`].
+    zeroing: Vec<(usize, usize)>,
 }
 
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
     parked: VecDeque::new(),
     released: VecDeque::new(),
+    zeroing: Vec::new(),
 });
+
+/// Signalled whenever a released window has been zeroed.
+static ZEROED: Condvar = Condvar::new();
+
+impl Parked {
+    /// What an allocation asks the cache for: the provider (by address) and the size
+    /// of our memory.
+    fn key(&self) -> (usize, usize) {
+        (provider_key(&self.provider), self.memory.len())
+    }
+}
+
+fn provider_key(provider: &Arc<dyn Provider>) -> usize {
+    Arc::as_ptr(provider) as *const () as usize
+}
 
 /// Run `f` on the cache; what it returns to free is freed on the worker thread, off
 /// the caller's path (unmapping a large window takes milliseconds).
@@ -101,7 +119,11 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache) -> (T, Vec<Parked>)) -> T {
 }
 
 fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
-    f(&mut CACHE.lock().unwrap_or_else(|p| p.into_inner()))
+    f(&mut lock())
+}
+
+fn lock() -> MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Keep a window freed on this rank until every rank has freed it.
@@ -154,28 +176,60 @@ pub(crate) fn parked_in(group: &Arc<GroupShared>) -> Vec<u64> {
     })
 }
 
-/// `group`'s windows `seqs` are freed on every rank: make them available.
+/// `group`'s windows `seqs` are freed on every rank: make them available once our
+/// memory in them is zeroed again, which happens on the worker thread, off the
+/// rendezvous's path (nobody writes a window freed on every rank).
 pub(crate) fn release(group: &Arc<GroupShared>, seqs: &[u64]) {
     if seqs.is_empty() {
         return;
     }
-    with_cache(|cache| {
+    let now = locked(|cache| {
         let (now, kept): (Vec<Parked>, Vec<Parked>) = cache
             .parked
             .drain(..)
             .partition(|p| p.window.of(group) && seqs.contains(&p.window.seq));
         cache.parked = kept.into();
-        cache.released.extend(now);
-        ((), trim_released(cache))
-    })
+        now
+    });
+    zero_then_release(now);
 }
 
-/// Put back a released window an allocation took but never used in a rendezvous.
+/// Put back a released window an allocation took but never used in a rendezvous (its
+/// user may have written into it: it is zeroed again first).
 pub(crate) fn restore(entry: Parked) {
-    with_cache(|cache| {
-        cache.released.push_back(entry);
-        ((), trim_released(cache))
-    })
+    zero_then_release(vec![entry]);
+}
+
+/// Zero our memory in each of `entries` on the worker thread, then hand it out; one
+/// whose zeroing fails is freed instead.
+fn zero_then_release(entries: Vec<Parked>) {
+    if entries.is_empty() {
+        return;
+    }
+    locked(|cache| cache.zeroing.extend(entries.iter().map(Parked::key)));
+    crate::export_ahead::in_background(move || {
+        for entry in entries {
+            let key = entry.key();
+            let zeroed = entry.local.zero(0, entry.memory.len());
+            let evicted = locked(|cache| {
+                if let Some(i) = cache.zeroing.iter().position(|k| *k == key) {
+                    cache.zeroing.swap_remove(i);
+                }
+                match zeroed {
+                    Ok(()) => {
+                        cache.released.push_back(entry);
+                        trim_released(cache)
+                    }
+                    Err(e) => {
+                        tracing::warn!("a freed window could not be zeroed, so it is freed: {e}");
+                        vec![entry]
+                    }
+                }
+            });
+            ZEROED.notify_all();
+            drop(evicted);
+        }
+    });
 }
 
 fn trim_released(cache: &mut Cache) -> Vec<Parked> {
@@ -189,18 +243,22 @@ fn trim_released(cache: &mut Cache) -> Vec<Parked> {
     evicted
 }
 
-/// A released window whose own memory is `len` bytes of `provider`, newest first.
+/// A released, zeroed window whose own memory is `len` bytes of `provider`, newest
+/// first; one of that size still being zeroed is waited for (zeroing costs less than
+/// creating and exporting new memory).
 pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
-    let same = |p: &Parked| {
-        std::ptr::eq(
-            Arc::as_ptr(&p.provider) as *const (),
-            Arc::as_ptr(provider) as *const (),
-        ) && p.memory.len() == len
-    };
-    with_cache(|cache| {
-        let found = cache.released.iter().rposition(same);
-        (found.and_then(|i| cache.released.remove(i)), Vec::new())
-    })
+    let key = (provider_key(provider), len);
+    let on_worker = crate::export_ahead::on_worker();
+    let mut cache = lock();
+    loop {
+        if let Some(i) = cache.released.iter().rposition(|p| p.key() == key) {
+            return cache.released.remove(i);
+        }
+        if on_worker || !cache.zeroing.contains(&key) {
+            return None;
+        }
+        cache = ZEROED.wait(cache).unwrap_or_else(|p| p.into_inner());
+    }
 }
 
 /// Really free every cached window (parked and released): what a job calls before
@@ -208,6 +266,8 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
 /// Windows parked here but still used by peers stay mapped there; only our mappings
 /// and our references go.
 pub fn flush() {
+    // Windows being zeroed land in the released list first.
+    crate::export_ahead::drain();
     let all: Vec<Parked> = locked(|cache| {
         let mut all: Vec<Parked> = cache.parked.drain(..).collect();
         all.extend(cache.released.drain(..));
@@ -218,7 +278,11 @@ pub fn flush() {
     crate::export_ahead::drain();
 }
 
-/// Cached windows on this rank: `(parked, released)`.
+/// Cached windows on this rank: `(parked, released)` (released counts those still
+/// being zeroed).
 pub fn counts() -> (usize, usize) {
-    with_cache(|cache| ((cache.parked.len(), cache.released.len()), Vec::new()))
+    locked(|cache| {
+        let released = cache.released.len() + cache.zeroing.len();
+        (cache.parked.len(), released)
+    })
 }
