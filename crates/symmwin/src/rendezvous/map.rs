@@ -172,7 +172,8 @@ impl Rendezvous<'_> {
         memory: &dyn Memory,
         handles: Vec<Option<SharedHandle>>,
     ) -> Result<()> {
-        let imported = import::import_all(self.shared.provider.as_ref(), handles, memory.len())?;
+        let shared = self.shared;
+        let imported = import::import_all(&shared.provider, handles, memory.len(), shared.timeout)?;
         self.clock.lap(Step::Import);
         map_slots(
             reserved.span.as_mut(),
