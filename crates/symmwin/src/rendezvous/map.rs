@@ -36,6 +36,8 @@ impl Rendezvous<'_> {
         let (offer, handle) = ours;
         let requests = &gathered.requests;
         let reach = spanning::reach(requests, shared.rank, shared.provider.info().handle_type)?;
+        self.clock.lap(Step::Gather);
+        let handle = self.collect_handle(own, &offer, handle)?;
         let targets: Vec<usize> = (0..shared.world)
             .filter(|&r| reach[r] == Reach::Socket)
             .collect();
@@ -49,8 +51,10 @@ impl Rendezvous<'_> {
             physical_size: own.memory().len() as u64,
         };
         let mut traded = Traded::new(shared.world);
-        // A pad pool's slot must read zero before any peer gets our handle.
-        let early_reserve = own.purpose().zeroed_before_sharing();
+        // A pad pool's slot must read zero before any peer gets our handle; memory
+        // that cannot take a released window over is mapped fresh in any case, and a
+        // span we cannot reserve is our own failure, to report before any trade.
+        let early_reserve = own.purpose().zeroed_before_sharing() || offer.reuse.is_none();
         let mut reserved = early_reserve.then(|| self.map_own(own)).transpose()?;
         if cacheable && matches!(own, Own::Alloc(_)) {
             self.trade(

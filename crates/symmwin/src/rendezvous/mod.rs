@@ -35,8 +35,8 @@ use run::Rendezvous;
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
     /// Getting the shareable handle to our memory: for an allocation, waiting for the
-    /// export started when it was made (zero when that has finished); for a pad pool,
-    /// the export itself.
+    /// export started when it was made, once every request is in (zero when it has
+    /// finished by then); for a pad pool, the export itself.
     pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
@@ -45,7 +45,8 @@ pub struct PhaseTimes {
     /// Reserving the span (and mapping and zeroing our own memory first where it must
     /// be zeroed before any peer can map it: pad pools).
     pub reserve_us: f64,
-    /// Sending our handle to every peer and receiving theirs.
+    /// Trading with every peer over the socket: our word on freed windows and our
+    /// handle out, theirs in.
     pub exchange_us: f64,
     /// Importing peers' handles.
     pub import_us: f64,

@@ -95,19 +95,41 @@ impl<'a> Rendezvous<'a> {
         result.map_err(|e| claim::explain(self.shared, seq, e))
     }
 
-    /// Export before publishing (for an allocation: the handle exported when it was
-    /// made): a rank that cannot export must not make peers wait for a handle that
-    /// will never come longer than the timeout, and a request carries the fabric
-    /// handle for peers of its fabric domain on other hosts. Memory that may take a
-    /// released window over needs no handle unless that fails: only groups whose
-    /// ranks all share one host keep windows, so then no peer reads it from the store.
+    /// Export before publishing where the request needs the handle: a rank of a
+    /// fabric domain publishes its fabric handle for peers of that domain on other
+    /// hosts, and a pad pool's memory is exported on the spot anyway. An allocation's
+    /// handle, exported on the worker thread since the allocation was made, is
+    /// otherwise collected only once every request is in ([`Rendezvous::collect_handle`]),
+    /// so that its export goes on while we publish and wait for the peers. Memory
+    /// that may take a released window over needs no handle unless that fails: only
+    /// groups whose ranks all share one host keep windows, so then no peer reads it
+    /// from the store.
     fn export_ahead(&mut self, own: &Own<'_>, offer: &Offer) -> Result<Option<SharedHandle>> {
-        let handle = match offer.reuse {
-            Some(_) => None,
-            None => Some(own.export()?),
+        let in_request = self.shared.locality.fabric_domain.is_some();
+        let handle = match (offer.reuse, own) {
+            (Some(_), _) => None,
+            (None, Own::Alloc(_)) if !in_request => None,
+            (None, _) => Some(own.export()?),
         };
         self.clock.lap(Step::Export);
         Ok(handle)
+    }
+
+    /// Our handle for the exchange: the one exported before publishing, or, unless
+    /// our memory may take a released window over, the one exported ahead (waited
+    /// for now, if it is still running).
+    pub(super) fn collect_handle(
+        &mut self,
+        own: &Own<'_>,
+        offer: &Offer,
+        handle: Option<SharedHandle>,
+    ) -> Result<Option<SharedHandle>> {
+        if handle.is_some() || offer.reuse.is_some() {
+            return Ok(handle);
+        }
+        let handle = own.export()?;
+        self.clock.lap(Step::Export);
+        Ok(Some(handle))
     }
 
     /// Publish our request for `ask`: its bytes and the deadline of the gather.
