@@ -132,6 +132,9 @@ pub(crate) struct GroupState {
     /// released window over without handles). A slower peer may still need to read
     /// them to reach the same verdict, so they go only after the next success.
     pub(crate) stale_keys: Vec<String>,
+    /// Every rank's address, once a rendezvous showed that all ranks share this host
+    /// and socket directory: later requests travel over the sockets, not the store.
+    pub(crate) direct: Option<Vec<crate::exchange::PeerAddress>>,
 }
 
 impl GroupShared {
@@ -211,6 +214,7 @@ impl Group {
                     next_seq: 0,
                     endpoint,
                     stale_keys: Vec::new(),
+                    direct: None,
                 }),
             }),
         })

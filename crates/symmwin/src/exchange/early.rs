@@ -1,6 +1,7 @@
 //! Early-message buffering: handles that arrive for a rendezvous this rank has not
 //! reached yet are kept, authenticated, until it does.
 
+use super::auth::Authenticated;
 use super::transport::Received;
 use super::wire::Offer;
 use super::{Endpoint, Round, Traded};
@@ -18,6 +19,7 @@ pub(super) struct Early {
     physical_size: u64,
     offer: Offer,
     handle: Option<SharedHandle>,
+    request: Option<Vec<u8>>,
 }
 
 impl Endpoint {
@@ -30,7 +32,11 @@ impl Endpoint {
     ) -> Result<()> {
         let pid = raw.pid;
         match self.authenticate(round, raw) {
-            Ok((message, handle)) => {
+            Ok(Authenticated {
+                message,
+                handle,
+                request,
+            }) => {
                 let early = Early {
                     sender: message.sender as usize,
                     pid,
@@ -38,6 +44,7 @@ impl Endpoint {
                     physical_size: message.physical_size,
                     offer: message.offer,
                     handle,
+                    request,
                 };
                 if message.group == round.group && message.seq == round.seq {
                     self.accept(round, early, traded)
@@ -83,7 +90,13 @@ impl Endpoint {
             );
             return Ok(());
         }
-        if early.world != round.peers.len() || early.physical_size != round.physical_size {
+        let disagrees =
+            early.world != round.peers.len() || early.physical_size != round.physical_size;
+        // A message with a request in it is judged with the requests, whose check names
+        // the field every rank disagrees on; the sizes are checked again after it.
+        if disagrees && early.request.is_some() {
+            traded.misfits.push(sender);
+        } else if disagrees {
             return Err(Error::new(
                 Phase::Exchange,
                 ErrorKind::Mismatch {
@@ -106,6 +119,7 @@ impl Endpoint {
         let first = traded.offers[sender].is_none();
         if first {
             traded.offers[sender] = Some(early.offer);
+            traded.requests[sender] = early.request;
         }
         match (early.handle, &mut traded.handles[sender]) {
             (Some(handle), slot @ None) => {

@@ -136,20 +136,24 @@ impl Endpoint {
         timeout: Duration,
     ) -> Result<Vec<Option<SharedHandle>>> {
         let mut traded = Traded::new(round.peers.len());
-        let ours = (Offer::default(), Some(handle));
-        self.trade(round, &mut traded, ours, Awaited::Handles, timeout)?;
+        let ours = Outgoing {
+            offer: Offer::default(),
+            handle: Some(handle),
+            request: None,
+        };
+        self.trade(round, &mut traded, &ours, Awaited::Handles, timeout)?;
         Ok(traded.handles)
     }
 
-    /// Send our offer (and our handle, when `ours.1` has one) to every target that has
-    /// not had it yet, and receive until every target's `awaited` part has come, in
-    /// any order. Called again for the same rendezvous with a handle, it sends only
-    /// the handle that is new and keeps what came before.
+    /// Send our offer (with our handle and our request, where `ours` has them) to
+    /// every target that has not had it yet, and receive until every target's
+    /// `awaited` part has come, in any order. Called again for the same rendezvous
+    /// with a handle, it sends only the handle that is new and keeps what came before.
     pub fn trade(
         &mut self,
         round: &Round<'_>,
         traded: &mut Traded,
-        ours: (Offer, Option<&SharedHandle>),
+        ours: &Outgoing<'_>,
         awaited: Awaited,
         timeout: Duration,
     ) -> Result<()> {
@@ -162,7 +166,7 @@ impl Endpoint {
         {
             self.accept(round, early, traded)?;
         }
-        let needed = if ours.1.is_some() {
+        let needed = if ours.handle.is_some() {
             Sent::Handle
         } else {
             Sent::OfferOnly
@@ -174,7 +178,8 @@ impl Endpoint {
                 if traded.sent[peer] >= needed {
                     continue;
                 }
-                match self.try_send(round, peer, ours) {
+                let first = traded.sent[peer] == Sent::Nothing;
+                match self.try_send(round, peer, ours, first) {
                     Ok(true) => {
                         traded.sent[peer] = needed;
                         self.counts.sent += 1;
@@ -217,6 +222,18 @@ impl Endpoint {
     }
 }
 
+/// What goes to every peer: our word on freed windows, our handle when we have one,
+/// and our request when the store does not carry it (it goes in the first message).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// Our word on freed windows.
+    pub offer: Offer,
+    /// Our handle, if it goes now.
+    pub handle: Option<&'a SharedHandle>,
+    /// Our request (JSON), if it travels on the socket.
+    pub request: Option<&'a [u8]>,
+}
+
 /// What the peers of one rendezvous have sent us so far, and what went to them.
 #[derive(Debug)]
 pub struct Traded {
@@ -225,6 +242,11 @@ pub struct Traded {
     pub offers: Vec<Option<Offer>>,
     /// Each rank's handle (`None` until it came, and at our own rank).
     pub handles: Vec<Option<SharedHandle>>,
+    /// Each rank's request, when it came with its first message.
+    pub requests: Vec<Option<Vec<u8>>>,
+    /// Ranks whose message (one with a request) named another world or memory size
+    /// than ours: an error once their requests are found to agree (see `check_fit`).
+    misfits: Vec<usize>,
     sent: Vec<Sent>,
 }
 
@@ -234,13 +256,32 @@ impl Traded {
         Traded {
             offers: vec![None; world],
             handles: (0..world).map(|_| None).collect(),
+            requests: vec![None; world],
+            misfits: Vec::new(),
             sent: vec![Sent::Nothing; world],
+        }
+    }
+
+    /// After the requests agreed: fails naming the first rank whose message disagreed
+    /// with them on the world or memory size.
+    pub fn check_fit(&self) -> Result<()> {
+        match self.misfits.first() {
+            None => Ok(()),
+            Some(&rank) => Err(Error::new(
+                Phase::Exchange,
+                ErrorKind::Mismatch {
+                    field: "handle",
+                    detail: format!("rank {rank}'s message disagrees with its request on sizes"),
+                },
+            )
+            .with_peer(rank)),
         }
     }
 
     fn has(&self, awaited: Awaited, rank: usize) -> bool {
         match awaited {
             Awaited::Offers => self.offers[rank].is_some(),
+            Awaited::Requests => self.requests[rank].is_some(),
             Awaited::Handles => self.handles[rank].is_some(),
         }
     }
@@ -251,6 +292,8 @@ impl Traded {
 pub enum Awaited {
     /// A first message (its offer; a handle may come with it).
     Offers,
+    /// A first message with the sender's request in it.
+    Requests,
     /// A handle.
     Handles,
 }

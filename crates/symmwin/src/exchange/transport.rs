@@ -17,8 +17,8 @@ use rustix::net::{
 
 use super::auth::check_peer_socket;
 use super::diagnosis::shown;
-use super::wire::{Message, Offer, Payload, FABRIC_LEN};
-use super::{Endpoint, Round};
+use super::wire::{Message, Payload, FABRIC_LEN, MAX_REQUEST};
+use super::{Endpoint, Outgoing, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
@@ -63,15 +63,16 @@ pub(super) fn bind_socket(path: &Path) -> Result<OwnedFd> {
 }
 
 impl Endpoint {
-    /// Send our offer and handle (`ours`) to `peer`; `Ok(false)` when its queue is
-    /// full and we should retry.
+    /// Send our offer and handle (and, in our first message, our request) to `peer`;
+    /// `Ok(false)` when its queue is full and we should retry.
     pub(super) fn try_send(
         &self,
         round: &Round<'_>,
         peer: usize,
-        ours: (Offer, Option<&SharedHandle>),
+        ours: &Outgoing<'_>,
+        first: bool,
     ) -> Result<bool> {
-        let (offer, handle) = ours;
+        let (offer, handle) = (ours.offer, ours.handle);
         let address = &round.peers[peer];
         let message = Message {
             group: round.group,
@@ -88,7 +89,14 @@ impl Endpoint {
             },
         };
         let mut buf = [0u8; FABRIC_LEN];
-        let bytes = message.encode(&mut buf);
+        let mut framed = Vec::new();
+        let bytes = match ours.request.filter(|_| first) {
+            Some(request) => {
+                message.encode_with_request(request, &mut framed);
+                &framed[..]
+            }
+            None => message.encode(&mut buf),
+        };
         // The path comes from the store, which other users may be able to write (a
         // TCP store is open to the machine). Only send handles to sockets that live in a
         // private directory of ours, so a forged request cannot divert memory elsewhere.
@@ -139,7 +147,9 @@ impl Endpoint {
 
     /// One datagram with its credentials and fds, or `None` when the queue is empty.
     pub(super) fn receive_one(&mut self) -> Result<Option<Received>> {
-        let mut buf = [0u8; FABRIC_LEN + 1];
+        // Room for a request after the longest fixed part, and one byte more to see
+        // a longer datagram as truncated.
+        let mut buf = vec![0u8; FABRIC_LEN + MAX_REQUEST + 1];
         // Room for more fds than a valid message carries, so that extra ones arrive
         // as owned fds we close, instead of truncating the control data.
         let mut space =

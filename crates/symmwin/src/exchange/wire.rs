@@ -2,11 +2,14 @@
 //! usually, its handle, with its credentials.
 //!
 //! Fixed little-endian layout, so decoding is a bounds check and no allocation:
-//! `magic "SYMW" | version u16 | kind u8 | reserved u8 | group u64 | seq u64 |
+//! `magic "SYMW" | version u16 | kind u8 | flags u8 | group u64 | seq u64 |
 //! sender u32 | world u32 | token [16] | physical_size u64 | reuse u64 |
 //! freed_count u8 | reserved [7] | freed [u64; 8] | fabric [64] (kind 1 only)`.
 //! Kind 0 carries one fd (SCM_RIGHTS), kind 1 a fabric handle inline, kind 2 no
 //! handle (a rank that may take a freed window over exports only if it must).
+//! With flag [`FLAG_REQUEST`] the sender's request (JSON, at most [`MAX_REQUEST`]
+//! bytes) follows the fixed part: once a group's ranks know each other's sockets,
+//! their requests travel here instead of through the store ([`decode_framed`]).
 //! The version is the protocol's ([`PROTOCOL_VERSION`]), the one requests carry.
 //!
 //! The window-cache words (`reuse`, `freed`) travel here and never through the
@@ -30,6 +33,10 @@ pub const FD_LEN: usize = OFFER_AT + OFFER_LEN;
 pub const FABRIC_LEN: usize = FD_LEN + 64;
 /// `reuse` when the sender offers no window.
 const NO_REUSE: u64 = u64::MAX;
+/// Flag: the sender's request follows the fixed part.
+pub const FLAG_REQUEST: u8 = 1;
+/// Longest request a message carries.
+pub const MAX_REQUEST: usize = 60 << 10;
 
 /// What travels with the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +115,9 @@ pub enum DecodeError {
     /// Unknown payload kind or a kind that disagrees with the length.
     #[error("bad payload kind {0}")]
     Kind(u8),
+    /// Unknown flags.
+    #[error("bad flags {0:#x}")]
+    Flags(u8),
     /// More freed windows than a message holds, or a reserved or unused byte set.
     #[error("bad window-cache section")]
     Offer,
@@ -146,10 +156,23 @@ impl Message {
         }
     }
 
+    /// Our message with `request` (the sender's request, JSON) after it, into `out`.
+    pub fn encode_with_request(&self, request: &[u8], out: &mut Vec<u8>) {
+        let mut buf = [0u8; FABRIC_LEN];
+        let fixed = self.encode(&mut buf);
+        out.clear();
+        out.extend_from_slice(fixed);
+        out[7] = FLAG_REQUEST;
+        out.extend_from_slice(request);
+    }
+
     /// Decode, rejecting anything that is not exactly a valid message.
     pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         if bytes.len() != FD_LEN && bytes.len() != FABRIC_LEN {
             return Err(DecodeError::Length(bytes.len()));
+        }
+        if bytes[7] != 0 {
+            return Err(DecodeError::Flags(bytes[7]));
         }
         if bytes[0..4] != MAGIC {
             return Err(DecodeError::Magic);
@@ -191,6 +214,28 @@ impl Message {
             offer,
             payload,
         })
+    }
+}
+
+/// A message and, when its flag says so, the request that follows it.
+pub fn decode_framed(bytes: &[u8]) -> Result<(Message, Option<&[u8]>), DecodeError> {
+    if bytes.len() < FD_LEN {
+        return Err(DecodeError::Length(bytes.len()));
+    }
+    match bytes[7] {
+        0 => Message::decode(bytes).map(|m| (m, None)),
+        FLAG_REQUEST => {
+            let fixed = if bytes[6] == 1 { FABRIC_LEN } else { FD_LEN };
+            let request = bytes.get(fixed..).filter(|r| !r.is_empty());
+            let request = request
+                .filter(|r| r.len() <= MAX_REQUEST)
+                .ok_or(DecodeError::Length(bytes.len()))?;
+            let mut head = [0u8; FABRIC_LEN];
+            head[..fixed].copy_from_slice(&bytes[..fixed]);
+            head[7] = 0;
+            Message::decode(&head[..fixed]).map(|m| (m, Some(request)))
+        }
+        flags => Err(DecodeError::Flags(flags)),
     }
 }
 
@@ -274,6 +319,23 @@ mod tests {
         assert_eq!(Message::decode(&bytes), Err(DecodeError::Offer));
         let many: Vec<u64> = (0..20).collect();
         assert_eq!(Offer::new(None, &many).freed(), &many[12..]);
+    }
+
+    #[test]
+    fn a_request_rides_after_the_fixed_part_and_only_with_its_flag() {
+        let mut out = Vec::new();
+        for m in [sample(Payload::Fd), sample(Payload::Fabric([5; 64]))] {
+            m.encode_with_request(b"{\"seq\":42}", &mut out);
+            assert_eq!(decode_framed(&out), Ok((m, Some(&b"{\"seq\":42}"[..]))));
+            assert!(Message::decode(&out).is_err());
+            let mut buf = [0u8; FABRIC_LEN];
+            assert_eq!(decode_framed(m.encode(&mut buf)), Ok((m, None)));
+        }
+        let mut flagged = sample(Payload::Fd).encode(&mut [0u8; FABRIC_LEN]).to_vec();
+        flagged[7] = FLAG_REQUEST;
+        assert_eq!(decode_framed(&flagged), Err(DecodeError::Length(FD_LEN)));
+        flagged[7] = 4;
+        assert_eq!(decode_framed(&flagged), Err(DecodeError::Flags(4)));
     }
 
     proptest! {

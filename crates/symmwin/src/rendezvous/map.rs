@@ -5,27 +5,65 @@
 use super::clock::Step;
 use super::import;
 use super::locality::Reach;
+use super::request::Request;
 use super::reuse::{self, Own};
 use super::run::{Exchanged, Gathered, Rendezvous};
 use super::spanning;
-use crate::error::{Error, Result};
-use crate::exchange::{Awaited, Offer, Round, Traded};
+use crate::error::Result;
+use crate::exchange::{Awaited, Offer, Outgoing, Round, Traded};
 use crate::layout::FlatLayout;
-use crate::provider::{Memory, SharedHandle, Span};
+use crate::provider::{HandleType, Memory, SharedHandle, Span};
 use crate::window_cache;
 
 /// The span reserved for a fresh window, and whether our slot is mapped already.
-struct Reserved {
+pub(super) struct Reserved {
     span: Box<dyn Span>,
     layout: FlatLayout,
     own_mapped: bool,
 }
 
+/// Who we trade with, as every rank decides it from the same requests.
+pub(super) struct Plan {
+    /// How every rank's memory reaches us.
+    pub(super) reach: Vec<Reach>,
+    /// The peers whose handles travel over the socket.
+    pub(super) targets: Vec<usize>,
+    /// Every peer is one of them: the group keeps windows (and needs no store once
+    /// its ranks know each other's sockets).
+    pub(super) cacheable: bool,
+}
+
+impl Plan {
+    /// The plan for `requests`, confirming each socket peer's socket (`rank` is ours).
+    pub(super) fn of(requests: &[Request], rank: usize, handle_type: HandleType) -> Result<Self> {
+        let reach = spanning::reach(requests, rank, handle_type)?;
+        let targets: Vec<usize> = (0..requests.len())
+            .filter(|&r| reach[r] == Reach::Socket)
+            .collect();
+        let cacheable = spanning::one_host(requests) && targets.len() + 1 == requests.len();
+        Ok(Plan {
+            reach,
+            targets,
+            cacheable,
+        })
+    }
+}
+
+/// Our side of a trade under way: our offer, our handle (until it has gone), the span
+/// when reserved already, and what the peers have sent so far.
+pub(super) struct Trading {
+    pub(super) offer: Offer,
+    pub(super) handle: Option<SharedHandle>,
+    pub(super) reserved: Option<Reserved>,
+    pub(super) traded: Traded,
+    /// Every peer's offer is in.
+    pub(super) offers_in: bool,
+}
+
 impl Rendezvous<'_> {
-    /// Once the ranks agree: trade offers with the peers over the socket (in a group
-    /// that keeps windows), take a released window over whole when every rank offers
-    /// the same one; otherwise trade handles, import and map. `ours` is our offer and
-    /// our handle, if exported already (it then goes with our offer).
+    /// Once the ranks agree through the store: trade offers with the peers over the
+    /// socket (in a group that keeps windows), then [`Rendezvous::finish`]. `ours`
+    /// is our offer and our handle, if exported already (it then goes with our offer).
     pub(super) fn trade_and_map(
         &mut self,
         own: &Own<'_>,
@@ -34,49 +72,94 @@ impl Rendezvous<'_> {
     ) -> Result<Exchanged> {
         let shared = self.shared;
         let (offer, handle) = ours;
-        let requests = &gathered.requests;
-        let reach = spanning::reach(requests, shared.rank, shared.provider.info().handle_type)?;
+        let plan = Plan::of(
+            &gathered.requests,
+            shared.rank,
+            shared.provider.info().handle_type,
+        )?;
+        // From now on the ranks know each other's sockets: their later requests
+        // travel there (see `direct`).
+        if plan.cacheable && self.state.direct.is_none() {
+            self.state.direct = Some(gathered.peers.clone());
+        }
         self.clock.lap(Step::Gather);
         let handle = self.collect_handle(own, &offer, handle)?;
-        let targets: Vec<usize> = (0..shared.world)
-            .filter(|&r| reach[r] == Reach::Socket)
-            .collect();
-        let cacheable = spanning::one_host(requests) && targets.len() + 1 == shared.world;
-        let round = Round {
-            group: shared.id,
-            seq: gathered.seq,
-            rank: shared.rank,
-            peers: &gathered.peers,
-            targets: &targets,
-            physical_size: own.memory().len() as u64,
+        let mut trading = Trading {
+            offer,
+            reserved: self.reserve_early(own, &offer)?,
+            handle,
+            traded: Traded::new(shared.world),
+            offers_in: false,
         };
-        let mut traded = Traded::new(shared.world);
-        // A pad pool's slot must read zero before any peer gets our handle; memory
-        // that cannot take a released window over is mapped fresh in any case, and a
-        // span we cannot reserve is our own failure, to report before any trade.
-        let early_reserve = own.purpose().zeroed_before_sharing() || offer.reuse.is_none();
-        let mut reserved = early_reserve.then(|| self.map_own(own)).transpose()?;
-        if cacheable && matches!(own, Own::Alloc(_)) {
-            self.trade(
-                &round,
-                &mut traded,
-                (offer, handle.as_ref()),
-                Awaited::Offers,
-            )?;
+        if plan.cacheable && matches!(own, Own::Alloc(_)) {
+            let round = self.round(&gathered, &plan.targets, own);
+            let out = Outgoing {
+                offer,
+                handle: trading.handle.as_ref(),
+                request: None,
+            };
+            self.trade(&round, &mut trading.traded, &out, Awaited::Offers)?;
             self.clock.lap(Step::Exchange);
-            if let Some(window) = self.settle_offers(own, offer, &traded) {
+            trading.offers_in = true;
+        }
+        self.finish(own, trading, gathered, plan)
+    }
+
+    /// The span reserved before any trade, where it must or may be: a pad pool's slot
+    /// must read zero before any peer gets our handle; memory that cannot take a
+    /// released window over is mapped fresh in any case, and a span we cannot reserve
+    /// is our own failure, to report before any trade.
+    pub(super) fn reserve_early(
+        &mut self,
+        own: &Own<'_>,
+        offer: &Offer,
+    ) -> Result<Option<Reserved>> {
+        let early = own.purpose().zeroed_before_sharing() || offer.reuse.is_none();
+        early.then(|| self.map_own(own)).transpose()
+    }
+
+    /// The exchange round of rendezvous `gathered.seq` with `targets`.
+    pub(super) fn round<'r>(
+        &self,
+        gathered: &'r Gathered,
+        targets: &'r [usize],
+        own: &Own<'_>,
+    ) -> Round<'r> {
+        Round {
+            group: self.shared.id,
+            seq: gathered.seq,
+            rank: self.shared.rank,
+            peers: &gathered.peers,
+            targets,
+            physical_size: own.memory().len() as u64,
+        }
+    }
+
+    /// Every request is in and agrees: take a released window over whole when every
+    /// rank offers the same one (once every peer's offer is in); otherwise trade
+    /// handles, import and map.
+    pub(super) fn finish(
+        &mut self,
+        own: &Own<'_>,
+        mut trading: Trading,
+        gathered: Gathered,
+        plan: Plan,
+    ) -> Result<Exchanged> {
+        let world = self.shared.world;
+        if trading.offers_in {
+            if let Some(window) = self.settle_offers(own, trading.offer, &trading.traded) {
                 self.clock.mark_reused();
                 return Ok(Exchanged {
                     span: window.span,
                     layout: window.layout,
-                    mapped: vec![true; shared.world],
+                    mapped: vec![true; world],
                     requests: gathered.requests,
                     seq: gathered.seq,
                     cacheable: true,
                 });
             }
         }
-        let handle = match handle {
+        let handle = match trading.handle.take() {
             Some(handle) => handle,
             None => {
                 let handle = own.export()?;
@@ -84,37 +167,38 @@ impl Rendezvous<'_> {
                 handle
             }
         };
-        if reserved.is_none() {
-            reserved = Some(self.map_own(own)?);
-        }
-        self.trade(
-            &round,
-            &mut traded,
-            (offer, Some(&handle)),
-            Awaited::Handles,
-        )?;
+        let mut reserved = match trading.reserved.take() {
+            Some(reserved) => reserved,
+            None => self.map_own(own)?,
+        };
+        let round = self.round(&gathered, &plan.targets, own);
+        let out = Outgoing {
+            offer: trading.offer,
+            handle: Some(&handle),
+            request: None,
+        };
+        self.trade(&round, &mut trading.traded, &out, Awaited::Handles)?;
         // Closing an exported CUDA fd is not free; count it here, not nowhere.
         drop(handle);
-        let handles = with_fabric_handles(&gathered, &reach, traded.handles)?;
+        let handles = with_fabric_handles(&gathered, &plan.reach, trading.traded.handles)?;
         self.clock.lap(Step::Exchange);
-        let mut reserved = reserved.ok_or_else(|| Error::invalid("no span was reserved"))?;
         self.import_and_map(&mut reserved, own.memory(), handles)?;
         Ok(Exchanged {
             span: reserved.span,
             layout: reserved.layout,
-            cacheable,
+            cacheable: plan.cacheable,
             requests: gathered.requests,
             seq: gathered.seq,
-            mapped: reach.iter().map(|r| r.is_mapped()).collect(),
+            mapped: plan.reach.iter().map(|r| r.is_mapped()).collect(),
         })
     }
 
     /// One trade with the peers of `round` (see [`crate::exchange::Endpoint::trade`]).
-    fn trade(
+    pub(super) fn trade(
         &mut self,
         round: &Round<'_>,
         traded: &mut Traded,
-        ours: (Offer, Option<&SharedHandle>),
+        ours: &Outgoing<'_>,
         awaited: Awaited,
     ) -> Result<()> {
         let timeout = self.shared.timeout;

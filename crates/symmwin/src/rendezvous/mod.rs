@@ -9,6 +9,7 @@
 
 mod claim;
 mod clock;
+mod direct;
 mod import;
 pub mod locality;
 mod map;

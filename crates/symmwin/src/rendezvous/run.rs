@@ -58,13 +58,23 @@ impl<'a> Rendezvous<'a> {
     }
 
     /// The collective core: publish, gather and validate, make the window (taken
-    /// over, or mapped fresh), retire the keys no peer needs any more.
+    /// over, or mapped fresh), retire the keys no peer needs any more. Once the ranks
+    /// know each other's sockets, the requests travel there instead (`direct`).
     pub(super) fn exchange(
         &mut self,
         own: Own<'_>,
         size: usize,
         pads: &PadAsk,
     ) -> Result<Exchanged> {
+        if let Some(peers) = self.state.direct.clone() {
+            let result = self.exchange_direct(&own, size, pads, peers);
+            let done = KeysDone {
+                earlier: result.is_ok(),
+                own: false,
+            };
+            retire::retire_keys(self.shared, &mut self.state.stale_keys, None, done);
+            return result;
+        }
         let seq = self.state.next_seq;
         self.state.next_seq += 1;
         let offer = own.offer(self.shared);
@@ -91,7 +101,7 @@ impl<'a> Rendezvous<'a> {
             earlier: gathered,
             own: result.as_ref().is_ok_and(|e| e.cacheable),
         };
-        retire::retire_keys(self.shared, &mut self.state.stale_keys, own_key, done);
+        retire::retire_keys(self.shared, &mut self.state.stale_keys, Some(own_key), done);
         result.map_err(|e| claim::explain(self.shared, seq, e))
     }
 
