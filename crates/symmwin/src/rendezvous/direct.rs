@@ -126,3 +126,72 @@ fn received_requests(ours: Request, traded: &mut Traded, rank: usize) -> Result<
     traded.check_fit()?;
     Ok(requests)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::allocation::Allocation;
+    use crate::error::{ErrorKind, Phase};
+    use crate::group::{Group, GroupSpec};
+    use crate::provider::host::HostProvider;
+    use crate::store::MemoryStore;
+
+    /// Both ranks of a world-2 group on one memory store, with a short timeout.
+    fn pair(name: &str) -> (Arc<MemoryStore>, [Group; 2]) {
+        let store = Arc::new(MemoryStore::new());
+        let mut config = crate::config::Config::from_env().unwrap();
+        config.timeout = Duration::from_millis(300);
+        let group = |rank| {
+            let provider = Arc::new(HostProvider::new());
+            let spec = GroupSpec::new(name, rank, 2);
+            Group::new(spec, store.clone(), provider, &config).unwrap()
+        };
+        (store.clone(), [group(0), group(1)])
+    }
+
+    /// Both ranks rendezvous `sizes[rank]` bytes at once: each rank's result.
+    fn both(groups: &[Group; 2], sizes: [usize; 2]) -> Vec<crate::Result<crate::Window>> {
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..2)
+                .map(|r| {
+                    let group = &groups[r];
+                    s.spawn(move || {
+                        let alloc = Allocation::new(group.provider().clone(), sizes[r])?;
+                        group.rendezvous(&alloc)
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn after_the_first_rendezvous_the_store_is_left_alone_and_errors_stay_clear() {
+        let (store, groups) = pair("direct");
+        assert!(both(&groups, [4096, 4096]).iter().all(|r| r.is_ok()));
+        let ops = groups[0].store_ops();
+        // Requests over the sockets: a window whose peer maps it, and no store call.
+        let windows = both(&groups, [8192, 8192]);
+        let window = windows[0].as_ref().unwrap();
+        window.write(1, 5, &[7]).unwrap();
+        let mut byte = [0u8];
+        windows[1].as_ref().unwrap().read(1, 5, &mut byte).unwrap();
+        assert_eq!(byte[0], 7);
+        assert_eq!(groups[0].store_ops(), ops);
+        assert!(store.is_empty(), "no request key is left in the store");
+        // Ranks that disagree fail alike, naming the field.
+        for result in both(&groups, [4096, 8192]) {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("ranks disagree on size"), "{err}");
+        }
+        // A rank that does not come is named by a timeout of the gather.
+        let started = Instant::now();
+        let alloc = Allocation::new(groups[0].provider().clone(), 4096).unwrap();
+        let err = groups[0].rendezvous(&alloc).unwrap_err();
+        assert_eq!(err.phase(), Phase::Gather, "{err}");
+        assert!(matches!(err.kind(), ErrorKind::Timeout { missing, .. } if missing == &[1]));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
