@@ -19,6 +19,7 @@ use super::request::{self, Request};
 use super::reuse::Own;
 use super::run::{Exchanged, Gathered, Rendezvous};
 use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::exchange::wire::MAX_REQUEST;
 use crate::exchange::{Awaited, Outgoing, PeerAddress, Traded};
 
 impl Rendezvous<'_> {
@@ -51,6 +52,12 @@ impl Rendezvous<'_> {
         };
         let ours = publish::request(shared, self.state, ask);
         let encoded = ours.encode();
+        if encoded.len() > MAX_REQUEST {
+            return Err(Error::invalid(format!(
+                "our request is {} bytes, more than a message carries ({MAX_REQUEST})",
+                encoded.len()
+            )));
+        }
         let mut trading = Trading {
             offer,
             reserved: self.reserve_early(own, &offer)?,
