@@ -204,6 +204,15 @@ impl Allocation {
         }
     }
 
+    /// Whether [`Allocation::export`] would return without waiting for the export
+    /// started when the memory was made (true too when there is none: it then
+    /// exports on the spot).
+    pub(crate) fn handle_ready(&self) -> bool {
+        lock(&self.inner.ahead)
+            .as_ref()
+            .is_none_or(ExportAhead::is_ready)
+    }
+
     /// Offset of `ptr` inside this allocation's local view, if it is inside.
     pub fn offset_of(&self, ptr: usize) -> Option<usize> {
         let off = ptr.checked_sub(self.ptr())?;

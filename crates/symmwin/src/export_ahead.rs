@@ -58,6 +58,12 @@ impl ExportAhead {
         ExportAhead { slot }
     }
 
+    /// Whether the export has finished (its result waits to be taken).
+    pub(crate) fn is_ready(&self) -> bool {
+        let state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        !matches!(*state, State::Running)
+    }
+
     /// The exported handle (or the export's error), waiting for the worker if needed.
     pub(crate) fn wait(self) -> Result<SharedHandle> {
         self.take()

@@ -37,6 +37,7 @@ impl Rendezvous<'_> {
         self.state.next_seq += 1;
         let offer = own.offer(shared);
         self.clock.restart();
+        let reserved = self.reserve_early(own, &offer)?;
         // Our handle goes with our request, unless our memory may take a window over.
         let handle = match offer.reuse {
             Some(_) => None,
@@ -60,7 +61,7 @@ impl Rendezvous<'_> {
         }
         let mut trading = Trading {
             offer,
-            reserved: self.reserve_early(own, &offer)?,
+            reserved,
             handle,
             traded: Traded::new(shared.world),
             offers_in: true,

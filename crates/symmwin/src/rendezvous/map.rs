@@ -83,10 +83,11 @@ impl Rendezvous<'_> {
             self.state.direct = Some(gathered.peers.clone());
         }
         self.clock.lap(Step::Gather);
+        let reserved = self.reserve_early(own, &offer)?;
         let handle = self.collect_handle(own, &offer, handle)?;
         let mut trading = Trading {
             offer,
-            reserved: self.reserve_early(own, &offer)?,
+            reserved,
             handle,
             traded: Traded::new(shared.world),
             offers_in: false,
@@ -115,7 +116,8 @@ impl Rendezvous<'_> {
         offer: &Offer,
     ) -> Result<Option<Reserved>> {
         let early = own.purpose().zeroed_before_sharing() || offer.reuse.is_none();
-        early.then(|| self.map_own(own)).transpose()
+        let map_now = offer.reuse.is_none() && !own.handle_ready();
+        early.then(|| self.map_own(own, map_now)).transpose()
     }
 
     /// The exchange round of rendezvous `gathered.seq` with `targets`.
@@ -169,7 +171,7 @@ impl Rendezvous<'_> {
         };
         let mut reserved = match trading.reserved.take() {
             Some(reserved) => reserved,
-            None => self.map_own(own)?,
+            None => self.map_own(own, false)?,
         };
         let round = self.round(&gathered, &plan.targets, own);
         let out = Outgoing {
@@ -228,9 +230,11 @@ impl Rendezvous<'_> {
     }
 
     /// Reserve the span, mapping and zeroing our own slot first where the window's
-    /// purpose needs it zero before any peer gets our handle; otherwise our slot is
-    /// mapped with the peers', in one batch.
-    fn map_own(&mut self, own: &Own<'_>) -> Result<Reserved> {
+    /// purpose needs it zero before any peer gets our handle, and mapping it first
+    /// when `map_now` (while our export is still running: the mapping then costs the
+    /// rendezvous nothing); otherwise our slot is mapped with the peers', in one batch
+    /// (one access grant for the whole span).
+    fn map_own(&mut self, own: &Own<'_>, map_now: bool) -> Result<Reserved> {
         let shared = self.shared;
         let memory = own.memory();
         let stride = memory.len();
@@ -239,10 +243,13 @@ impl Rendezvous<'_> {
         // the slots of mapped ranks are mapped; the others cost no memory.
         let mut span = shared.provider.reserve(span_len)?;
         let layout = FlatLayout::new(span.base(), stride, shared.world)?;
-        let own_mapped =
+        let zero_first =
             own.purpose().zeroed_before_sharing() && !shared.provider.info().zero_on_create;
+        let own_mapped = zero_first || map_now;
         if own_mapped {
             span.map(shared.rank * stride, memory)?;
+        }
+        if zero_first {
             span.zero(shared.rank * stride, stride)?;
         }
         self.clock.lap(Step::Reserve);

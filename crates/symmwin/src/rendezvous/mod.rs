@@ -43,8 +43,8 @@ pub struct PhaseTimes {
     pub publish_us: f64,
     /// Waiting for and validating every request.
     pub gather_us: f64,
-    /// Reserving the span (and mapping and zeroing our own memory first where it must
-    /// be zeroed before any peer can map it: pad pools).
+    /// Reserving the span (and mapping our own memory first: where it must be zeroed
+    /// before any peer can map it, pad pools; and while our export is still running).
     pub reserve_us: f64,
     /// Trading with every peer over the socket: our word on freed windows and our
     /// handle out, theirs in.

@@ -50,6 +50,15 @@ impl Own<'_> {
         }
     }
 
+    /// Whether our handle can be had without waiting (a pad pool's is exported on
+    /// the spot; an allocation's may still be under way on the worker thread).
+    pub(crate) fn handle_ready(&self) -> bool {
+        match self {
+            Own::Alloc(alloc) => alloc.handle_ready(),
+            Own::Pool(_) => true,
+        }
+    }
+
     pub(crate) fn export(&self) -> Result<SharedHandle> {
         match self {
             Own::Alloc(alloc) => alloc.export(),
