@@ -71,6 +71,8 @@ pub struct Endpoint {
     fds_dropped: u64,
     /// Traffic since creation: messages sent, handles accepted.
     counts: ExchangeCounts,
+    /// Where datagrams are received (kept between receives).
+    receive_buffer: Vec<u8>,
 }
 
 /// What an endpoint has sent and accepted since it was bound.
@@ -104,6 +106,7 @@ impl Endpoint {
             rejected: 0,
             fds_dropped: 0,
             counts: ExchangeCounts::default(),
+            receive_buffer: Vec::new(),
         })
     }
 

@@ -148,8 +148,8 @@ impl Endpoint {
     /// One datagram with its credentials and fds, or `None` when the queue is empty.
     pub(super) fn receive_one(&mut self) -> Result<Option<Received>> {
         // Room for a request after the longest fixed part, and one byte more to see
-        // a longer datagram as truncated.
-        let mut buf = vec![0u8; FABRIC_LEN + MAX_REQUEST + 1];
+        // a longer datagram as truncated; allocated once per endpoint.
+        self.receive_buffer.resize(FABRIC_LEN + MAX_REQUEST + 1, 0);
         // Room for more fds than a valid message carries, so that extra ones arrive
         // as owned fds we close, instead of truncating the control data.
         let mut space =
@@ -157,7 +157,7 @@ impl Endpoint {
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let msg = match rustix::net::recvmsg(
             &self.socket,
-            &mut [IoSliceMut::new(&mut buf)],
+            &mut [IoSliceMut::new(&mut self.receive_buffer)],
             &mut control,
             RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
         ) {
@@ -183,8 +183,9 @@ impl Endpoint {
             // truncation means the kernel could not install the fds: EMFILE.
             self.fds_dropped += 1;
         }
+        let bytes = self.receive_buffer[..msg.bytes.min(self.receive_buffer.len())].to_vec();
         Ok(Some(Received {
-            bytes: buf[..msg.bytes.min(buf.len())].to_vec(),
+            bytes,
             truncated,
             fds,
             uid: cred.map(|c| c.uid.as_raw()),
