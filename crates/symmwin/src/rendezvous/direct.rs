@@ -52,40 +52,21 @@ impl Rendezvous<'_> {
             handle: None,
         };
         let ours = publish::request(shared, self.state, ask);
-        let encoded = ours.encode();
-        if encoded.len() > MAX_REQUEST {
-            return Err(Error::invalid(format!(
-                "our request is {} bytes, more than a message carries ({MAX_REQUEST})",
-                encoded.len()
-            )));
-        }
+        self.clock.lap(Step::Publish);
         let mut trading = Trading {
             offer,
             reserved,
             handle,
             traded: Traded::new(shared.world),
-            offers_in: true,
+            offers_in: matches!(own, Own::Alloc(_)),
         };
-        self.clock.lap(Step::Publish);
         let gathered = Gathered {
             seq,
             keys: (0..shared.world).map(message_label).collect(),
             requests: Vec::new(),
             peers,
         };
-        let targets: Vec<usize> = (0..shared.world).filter(|&r| r != shared.rank).collect();
-        let round = self.round(&gathered, &targets, own);
-        let out = Outgoing {
-            offer,
-            handle: trading.handle.as_ref(),
-            request: Some(&encoded),
-        };
-        self.trade(&round, &mut trading.traded, &out, Awaited::Requests)
-            .map_err(|e| match e.kind() {
-                ErrorKind::Timeout { .. } => e.during(Phase::Gather),
-                _ => e,
-            })?;
-        let requests = received_requests(ours, &mut trading.traded, shared.rank)?;
+        let requests = self.trade_requests(own, ours, &mut trading, &gathered)?;
         let plan = Plan::of(&requests, shared.rank, shared.provider.info().handle_type)?;
         if !plan.cacheable {
             return Err(Error::new(
@@ -101,8 +82,40 @@ impl Rendezvous<'_> {
             requests,
             ..gathered
         };
-        trading.offers_in = matches!(own, Own::Alloc(_));
         self.finish(own, trading, gathered, plan)
+    }
+
+    /// Send our request `ours` (with our offer and handle) to every peer and take
+    /// theirs: every rank's request, validated. Waiting too long for a peer's is a
+    /// timeout of the gather, as with the store.
+    fn trade_requests(
+        &mut self,
+        own: &Own<'_>,
+        ours: Request,
+        trading: &mut Trading,
+        gathered: &Gathered,
+    ) -> Result<Vec<Request>> {
+        let shared = self.shared;
+        let encoded = ours.encode();
+        if encoded.len() > MAX_REQUEST {
+            return Err(Error::invalid(format!(
+                "our request is {} bytes, more than a message carries ({MAX_REQUEST})",
+                encoded.len()
+            )));
+        }
+        let targets: Vec<usize> = (0..shared.world).filter(|&r| r != shared.rank).collect();
+        let round = self.round(gathered, &targets, own);
+        let out = Outgoing {
+            offer: trading.offer,
+            handle: trading.handle.as_ref(),
+            request: Some(&encoded),
+        };
+        self.trade(&round, &mut trading.traded, &out, Awaited::Requests)
+            .map_err(|e| match e.kind() {
+                ErrorKind::Timeout { .. } => e.during(Phase::Gather),
+                _ => e,
+            })?;
+        received_requests(ours, &mut trading.traded, shared.rank)
     }
 }
 
