@@ -2,10 +2,11 @@
 //! import, and map every rank's memory into one flat span.
 //!
 //! The steps, in order, each in its own module: publish and gather-and-validate
-//! (`publish`), take a released window over (`reuse`) or map own memory, exchange
-//! handles, import and map peers (`map`), retire keys (`retire`), then claim a
-//! signal-pad slot (`pads`, growing the pools by a rendezvous of their own); `run`
-//! holds the orchestrator and `clock` the phase times.
+//! (`publish`; over the sockets instead once the ranks know each other's, `direct`),
+//! take a released window over (`reuse`) or map own memory, exchange handles, import
+//! and map peers (`map`, `import`), retire keys (`retire`), then claim a signal-pad
+//! slot (`pads`, growing the pools by a rendezvous of their own); `run` holds the
+//! orchestrator and `clock` the phase times.
 
 mod claim;
 mod clock;

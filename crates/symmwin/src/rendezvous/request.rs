@@ -11,7 +11,9 @@ use crate::provider::{HandleType, ProviderKind};
 
 use super::locality::Locality;
 
-/// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
+/// One rank's request, stored as JSON under [`crate::store::Namespace::request`] (or,
+/// once a group's ranks know each other's sockets, carried in its first datagram to
+/// each peer).
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct Request {
     /// Protocol version ([`crate::protocol::PROTOCOL_VERSION`]).
