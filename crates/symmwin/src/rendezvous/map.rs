@@ -77,11 +77,6 @@ impl Rendezvous<'_> {
             shared.rank,
             shared.provider.info().handle_type,
         )?;
-        // From now on the ranks know each other's sockets: their later requests
-        // travel there (see `direct`).
-        if plan.cacheable && self.state.direct.is_none() {
-            self.state.direct = Some(gathered.peers.clone());
-        }
         self.clock.lap(Step::Gather);
         let reserved = self.reserve_early(own, &offer)?;
         let handle = self.collect_handle(own, &offer, handle)?;
@@ -102,8 +97,20 @@ impl Rendezvous<'_> {
             self.trade(&round, &mut trading.traded, &out, Awaited::Offers)?;
             self.clock.lap(Step::Exchange);
             trading.offers_in = true;
+            self.go_direct(&gathered, &plan);
         }
         self.finish(own, trading, gathered, plan)
+    }
+
+    /// Every peer of a group that keeps windows has sent us a message, which it does
+    /// only after reading every request and deciding the same: from now on the
+    /// ranks' requests travel over the sockets (see `direct`). Deciding it only once
+    /// every peer was heard from keeps the ranks in step when a first rendezvous
+    /// fails on some of them before its trade.
+    fn go_direct(&mut self, gathered: &Gathered, plan: &Plan) {
+        if plan.cacheable && self.state.direct.is_none() {
+            self.state.direct = Some(gathered.peers.clone());
+        }
     }
 
     /// The span reserved before any trade, where it must or may be: a pad pool's slot
@@ -180,6 +187,7 @@ impl Rendezvous<'_> {
             request: None,
         };
         self.trade(&round, &mut trading.traded, &out, Awaited::Handles)?;
+        self.go_direct(&gathered, &plan);
         // Closing an exported CUDA fd is not free; count it here, not nowhere.
         drop(handle);
         let handles = with_fabric_handles(&gathered, &plan.reach, trading.traded.handles)?;
