@@ -4,7 +4,9 @@
 # alive; without it every iteration frees, so from the second on it re-allocates), then
 # bench/rendezvous.py through torch: SYMMWIN beside torch's CUDA and NVSHMEM backends,
 # fresh and re-allocated windows of 2 MiB, 64 MiB and 1 GiB at world 2, 4 and 8 (ranks
-# share the GPUs round-robin), TORCH_SYMMMEM_IMPLICIT_POOL=0. About 5 minutes on one GPU.
+# share the GPUs round-robin), TORCH_SYMMMEM_IMPLICIT_POOL=0. The Rust tables also count
+# store operations and socket messages per rank per rendezvous (store, msgs columns).
+# About 5 minutes on one GPU.
 # Usage: scripts/gpu_rendezvous.sh BIN_DIR OUT_DIR   (BIN_DIR: `symmwin`, `libsymmwin_capi.a`)
 set -u
 bin="$(cd "$1" && pwd)"; out="$2"; mkdir -p "$out"
@@ -28,8 +30,8 @@ PYTHONPATH=/tmp/site timeout 330 python3 bench/rendezvous.py --worlds $worlds --
 echo "bench/rendezvous.py: exit $?"
 
 echo; echo "== Rust API, fresh windows (ms, phase split)"
-grep -v '^\s*$' "$out/rust_fresh.log" | tail -13
+grep -v '^\s*$' "$out/rust_fresh.log" | tail -14
 echo; echo "== Rust API, re-allocation of the size just freed (ms, phase split)"
-grep -v '^\s*$' "$out/rust_realloc.log" | tail -13
+grep -v '^\s*$' "$out/rust_realloc.log" | tail -14
 echo; echo "== through torch"
 cat "$out/torch/rendezvous.md" 2>/dev/null || tail -20 "$out/torch.log"

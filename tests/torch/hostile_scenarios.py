@@ -86,16 +86,19 @@ def foreign_tensor_on_one_rank(ctx):
 
 def store_host_stopped(ctx):
     """Rank 0 (which serves the TCPStore) stops itself; rank 1's rendezvous must
-    fail within the timeout saying the store is unreachable, then wake rank 0."""
+    fail within the timeout saying the store is unreachable, then wake rank 0. The
+    rendezvous is the first of a group made beforehand: a group's later ones do not
+    use the store (its ranks' requests go over their sockets)."""
     first = _exchange(ctx, 1 + ctx.rank)
     pids = [None] * ctx.world
     dist.all_gather_object(pids, os.getpid())
+    fresh_group = dist.new_group(list(range(ctx.world)))
     if ctx.rank == 0:
         os.kill(os.getpid(), signal.SIGSTOP)
         return {"first": first}
     time.sleep(0.3)  # rank 0 is stopped by now
     t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
-    error, waited = _timed_rendezvous(t)
+    error, waited = _timed_rendezvous(t, fresh_group)
     os.kill(pids[0], signal.SIGCONT)
     return {"first": first, "error": error, "waited": waited}
 
@@ -105,22 +108,23 @@ def store_host_killed(ctx):
     store's host died. The dead peer leaves the process group unusable, so it is left
     to the interpreter's teardown (ctx.keep)."""
     first = _exchange(ctx, 1 + ctx.rank)
+    fresh_group = dist.new_group(list(range(ctx.world)))  # as in store_host_stopped
     dist.barrier()
     if ctx.rank == 0:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.5)  # rank 0 is gone by now
     t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
     ctx.keep.append(t)
-    error, waited = _timed_rendezvous(t)
+    error, waited = _timed_rendezvous(t, fresh_group)
     return {"first": first, "error": error, "waited": waited}
 
 
-def _timed_rendezvous(t):
-    """Rendezvous `t` on the world group; return the error it raised (None when it
-    succeeded) and how long it took."""
+def _timed_rendezvous(t, group=None):
+    """Rendezvous `t` on `group` (the world group by default); return the error it
+    raised (None when it succeeded) and how long it took."""
     start = time.monotonic()
     try:
-        symm_mem.rendezvous(t, dist.group.WORLD)
+        symm_mem.rendezvous(t, group or dist.group.WORLD)
         error = None
     except RuntimeError as e:
         error = str(e)

@@ -13,7 +13,8 @@ use crate::{human_size, plural, rounded, ProviderChoice};
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Alloc + rendezvous + free latency, split into create, export (wait), publish,
-    /// gather, reserve, exchange, import, map and pad phases.
+    /// gather, reserve, exchange, import, map and pad phases, with the store operations
+    /// and socket messages of each rank per rendezvous.
     Rendezvous {
         /// World sizes to run (comma-separated).
         #[arg(long, default_value = "2", value_delimiter = ',', value_parser = crate::parse_count)]
@@ -194,6 +195,9 @@ fn print_title(resolved: &crate::setup::Resolved, iters: usize) {
 /// What the table's numbers mean.
 fn print_footer(fresh: bool) {
     println!("(ms; median over all ranks and repeats, range in parentheses; other = total - create - phases;");
+    println!(
+        " store, msgs: store operations and socket messages sent per rank per rendezvous, medians;"
+    );
     if fresh {
         println!(
             " --fresh: every window stays alive until its size is done, so each is new memory)"
@@ -219,6 +223,11 @@ fn reused_count(samples: &[&Value]) -> usize {
         .iter()
         .filter(|s| s["phases"]["reused"].as_bool() == Some(true))
         .count()
+}
+
+/// A per-rendezvous count of one rank's sample (store operations, messages sent).
+fn count(sample: &Value, key: &str) -> f64 {
+    sample[key].as_f64().unwrap_or(f64::NAN)
 }
 
 /// Medians in ms of one (world, size), with every sample for the JSON output.
@@ -250,12 +259,18 @@ fn summarise(world: usize, size: usize, samples: &[&Value]) -> Value {
                 })
                 .collect();
             sample.insert("reused".into(), s["phases"]["reused"].as_bool().into());
+            for key in ["store_ops", "messages"] {
+                sample.insert(key.into(), count(s, key).into());
+            }
             sample.into()
         })
         .collect();
+    let median_count = |key: &str| stats(samples.iter().map(|s| count(s, key)).collect()).0;
     json!({
         "world": world,
         "size": size,
+        "store_ops": median_count("store_ops"),
+        "messages": median_count("messages"),
         "total": rounded(total / 1e3),
         "total_min": rounded(lo / 1e3),
         "total_max": rounded(hi / 1e3),
@@ -273,7 +288,7 @@ fn print_header() {
     for (name, _) in PHASES.iter().chain(&[("other", ""), ("free", "")]) {
         line.push_str(&format!("  {name:>8}"));
     }
-    line.push_str(&format!("  {:>7}", "reused"));
+    line.push_str(&format!("  {:>7}  {:>5}  {:>4}", "reused", "store", "msgs"));
     println!("{line}");
 }
 
@@ -304,6 +319,10 @@ fn print_row(row: &Value) {
         row["reused"].as_u64().unwrap_or(0),
         row["samples"].as_array().map_or(0, Vec::len)
     );
-    line.push_str(&format!("  {reused:>7}"));
+    line.push_str(&format!(
+        "  {reused:>7}  {:>5}  {:>4}",
+        f(&row["store_ops"]),
+        f(&row["messages"])
+    ));
     println!("{line}");
 }

@@ -272,12 +272,15 @@ fn bench_rendezvous(
         for i in 0..=iters {
             sync.barrier(SignalOptions::default())?;
             sync.synchronize(Stream::DEFAULT)?;
+            let traffic = (group.store_ops(), group.exchange_counts().sent);
             let t0 = Instant::now();
             let alloc = Allocation::new(provider.clone(), size)?;
             let create_us = t0.elapsed().as_secs_f64() * 1e6;
             let (window, phases) =
                 group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
             let total_us = t0.elapsed().as_secs_f64() * 1e6;
+            let store_ops = group.store_ops() - traffic.0;
+            let messages = group.exchange_counts().sent - traffic.1;
             wrong += check_window(&window, &sync, i)?;
             let t1 = Instant::now();
             let free_us = if fresh {
@@ -289,7 +292,10 @@ fn bench_rendezvous(
                 t1.elapsed().as_secs_f64() * 1e6
             };
             if i > 0 {
-                samples.push(json!({"create_us": create_us, "total_us": total_us, "free_us": free_us, "phases": phases}));
+                samples.push(json!({
+                    "create_us": create_us, "total_us": total_us, "free_us": free_us,
+                    "phases": phases, "store_ops": store_ops, "messages": messages,
+                }));
             }
             done += 1;
             progress(done, total);

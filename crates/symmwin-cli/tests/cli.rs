@@ -163,6 +163,13 @@ fn json_output_carries_version_world_size_and_rounded_numbers() {
         (Some(2), Some(65536))
     );
     assert_eq!(row["samples"].as_array().map(Vec::len), Some(4)); // 2 ranks x 2 repeats
+                                                                  // Per rank per rendezvous after the group's first: no store call (the requests
+                                                                  // travel over the sockets), one message to the one peer.
+    assert_eq!(
+        (row["store_ops"].as_f64(), row["messages"].as_f64()),
+        (Some(0.0), Some(1.0)),
+        "{row}"
+    );
     for number in [&row["total"], &row["phases"]["gather"]] {
         let x = number.as_f64().unwrap();
         assert_eq!(x, (x * 1e3).round() / 1e3, "{number} is not rounded");

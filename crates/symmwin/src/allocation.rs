@@ -88,11 +88,10 @@ impl Allocation {
         ))
     }
 
-    /// Memory of a window released on every rank, zeroed again; its rendezvous
-    /// exports only if the window cannot be taken over whole.
+    /// Memory of a window released on every rank (the cache zeroed it again when
+    /// it released it); its rendezvous exports only if the window cannot be taken
+    /// over whole.
     fn reuse(parked: Parked, size: usize) -> Result<Self> {
-        let len = parked.memory.len();
-        parked.local.zero(0, len)?;
         Ok(Self::assemble(
             size,
             parked.local,
@@ -203,6 +202,15 @@ impl Allocation {
             Some(ahead) => ahead.wait(),
             None => self.inner.memory.export(),
         }
+    }
+
+    /// Whether [`Allocation::export`] would return without waiting for the export
+    /// started when the memory was made (true too when there is none: it then
+    /// exports on the spot).
+    pub(crate) fn handle_ready(&self) -> bool {
+        lock(&self.inner.ahead)
+            .as_ref()
+            .is_none_or(ExportAhead::is_ready)
     }
 
     /// Offset of `ptr` inside this allocation's local view, if it is inside.

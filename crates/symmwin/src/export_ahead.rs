@@ -5,8 +5,8 @@
 //! (over a millisecond for 64 MiB on CUDA), so it starts on a worker thread as soon as
 //! the memory exists and runs while the allocation maps and zeroes its local view and
 //! while the caller goes on to the rendezvous, which then only collects the handle.
-//! The same worker frees the windows the window cache lets go, off the path of the
-//! rendezvous that let them go.
+//! The same worker frees the windows the window cache lets go, and zeroes those it
+//! releases, off the path of the rendezvous that let them go.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -58,6 +58,12 @@ impl ExportAhead {
         ExportAhead { slot }
     }
 
+    /// Whether the export has finished (its result waits to be taken).
+    pub(crate) fn is_ready(&self) -> bool {
+        let state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        !matches!(*state, State::Running)
+    }
+
     /// The exported handle (or the export's error), waiting for the worker if needed.
     pub(crate) fn wait(self) -> Result<SharedHandle> {
         self.take()
@@ -96,10 +102,15 @@ pub(crate) fn in_background(job: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// Whether the caller is the worker thread (which must not wait for its own jobs).
+pub(crate) fn on_worker() -> bool {
+    std::thread::current().name() == Some(WORKER_NAME)
+}
+
 /// Wait until the worker has finished everything handed to it so far (at once on
 /// the worker itself, which would otherwise wait for its own job).
 pub(crate) fn drain() {
-    if std::thread::current().name() == Some(WORKER_NAME) {
+    if on_worker() {
         return;
     }
     let slot = Arc::new((Mutex::new(false), Condvar::new()));

@@ -103,6 +103,8 @@ pub(crate) struct GroupShared {
     /// symmwin's) without taking part; carried in every request, so a rank that
     /// skipped a rendezvous its peers took part in is named instead of mis-wired.
     pub(crate) foreign_calls: AtomicU64,
+    /// Store operations of this rank on this group so far (counted by `store`).
+    pub(crate) store_ops: Arc<AtomicU64>,
     /// Rendezvous of one group are collective and ordered, so they run one at a time.
     pub(crate) state: Mutex<GroupState>,
 }
@@ -130,6 +132,9 @@ pub(crate) struct GroupState {
     /// released window over without handles). A slower peer may still need to read
     /// them to reach the same verdict, so they go only after the next success.
     pub(crate) stale_keys: Vec<String>,
+    /// Every rank's address, once a rendezvous showed that all ranks share this host
+    /// and socket directory: later requests travel over the sockets, not the store.
+    pub(crate) direct: Option<Vec<crate::exchange::PeerAddress>>,
 }
 
 impl GroupShared {
@@ -185,6 +190,8 @@ impl Group {
             provider.fabric_domain(),
         )
         .map_err(|e| e.at_rank(spec.rank))?;
+        let store_ops = Arc::new(AtomicU64::new(0));
+        let store: Arc<dyn Store> = Arc::new(crate::store::Counted::new(store, store_ops.clone()));
         Ok(Group {
             shared: Arc::new(GroupShared {
                 namespace: Namespace::new(&spec.name),
@@ -202,10 +209,12 @@ impl Group {
                 remote: RwLock::new(None),
                 pads: Arc::default(),
                 foreign_calls: AtomicU64::new(0),
+                store_ops,
                 state: Mutex::new(GroupState {
                     next_seq: 0,
                     endpoint,
                     stale_keys: Vec::new(),
+                    direct: None,
                 }),
             }),
         })
@@ -280,6 +289,14 @@ impl Group {
             .lock()
             .map(|s| s.endpoint.counts())
             .unwrap_or_default()
+    }
+
+    /// Store operations this rank has made for this group so far: a constant number
+    /// per rendezvous (see `symmwin bench rendezvous`).
+    pub fn store_ops(&self) -> u64 {
+        self.shared
+            .store_ops
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, GroupState>> {

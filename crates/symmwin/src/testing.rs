@@ -2,7 +2,7 @@
 //! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`).
 //! Not part of the API: hidden from the documentation, with no stability promise.
 
-pub use crate::exchange::wire::{Message, Payload, FABRIC_LEN, FD_LEN};
+pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
 pub use crate::exchange::{Endpoint, PeerAddress, Round};
 pub use crate::protocol::PROTOCOL_VERSION;
 pub use crate::rendezvous::locality::{DirIdentity, Locality};

@@ -7,14 +7,14 @@
 //! allocation behind it are gone, the window is *parked* here as it is (the span
 //! with every rank's slot still mapped, our memory, our local view). Nobody writes
 //! through a parked window, but peers may still hold their own windows over our
-//! memory, so a parked window is not handed out. Every later rendezvous of the group
-//! carries, in each rank's request, the windows that rank has parked
-//! ([`crate::rendezvous::request::WindowOffer::freed`]). A window that *every* rank
-//! lists has no user left on any rank: it is *released* on every rank at once (all
-//! read the same requests), and only then may an allocation take it.
+//! memory, so a parked window is not handed out. In every later rendezvous of the
+//! group, each rank's first message to each peer over the exchange socket lists the
+//! windows that rank has parked ([`Offer::freed`]). A window that *every* rank lists
+//! has no user left on any rank: it is *released* on every rank at once (all of them
+//! get the same offers), and only then may an allocation take it.
 //!
 //! The window is reused as a unit: the allocation gets our memory back, and the
-//! rendezvous that follows offers the window ([`WindowOffer::reuse`]). If every rank
+//! rendezvous that follows offers the window ([`Offer::reuse`]). If every rank
 //! offers the same window, every rank's new allocation is its own slot of that
 //! window, so the span is already right: the rendezvous skips export, exchange,
 //! import and map. Otherwise the old span is dropped and the rendezvous runs as for
@@ -29,21 +29,24 @@
 //! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
 //! as before, and so is everything parked for a group that is dropped. [`flush`]
 //! frees it all at once.
-//! The release decision trusts each rank's request as the store holds it: whoever can
-//! write the store can make a rank reuse a window early (the same trust the request's
-//! sizes and pad bitmaps need; handles themselves are still authenticated).
+//! The offers never go through the store, which other users of the machine may be
+//! able to write (a TCP store is open to it): a message is accepted only from the
+//! process that published the sender rank's request, under our uid, carrying our
+//! token, and a rank whose offer did not come counts as having freed nothing. So
+//! nobody who can only write the store can make a rank reuse a window early.
 //!
-//! [`WindowOffer::reuse`]: crate::rendezvous::request::WindowOffer::reuse
+//! [`Offer::freed`]: crate::exchange::Offer::freed
+//! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::provider::{Memory, Provider, Span};
 
 /// Parked windows a rank announces per group (older ones are really freed).
-pub(crate) const MAX_FREED: usize = 8;
+pub(crate) const MAX_FREED: usize = crate::exchange::wire::MAX_OFFERED;
 /// Released windows kept for reuse, and their total size on this rank.
 const MAX_RELEASED: usize = 4;
 const MAX_RELEASED_BYTES: usize = 4 << 30;
@@ -78,14 +81,32 @@ pub(crate) struct Parked {
 struct Cache {
     /// Freed here, oldest first; peers may still use them.
     parked: VecDeque<Parked>,
-    /// Freed on every rank, oldest first: free to hand out.
+    /// Freed on every rank and zeroed, oldest first: free to hand out.
     released: VecDeque<Parked>,
+    /// Released windows being zeroed on the worker thread, by [`Parked::key`].
+    zeroing: Vec<(usize, usize)>,
 }
 
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
     parked: VecDeque::new(),
     released: VecDeque::new(),
+    zeroing: Vec::new(),
 });
+
+/// Signalled whenever a released window has been zeroed.
+static ZEROED: Condvar = Condvar::new();
+
+impl Parked {
+    /// What an allocation asks the cache for: the provider (by address) and the size
+    /// of our memory.
+    fn key(&self) -> (usize, usize) {
+        (provider_key(&self.provider), self.memory.len())
+    }
+}
+
+fn provider_key(provider: &Arc<dyn Provider>) -> usize {
+    Arc::as_ptr(provider) as *const () as usize
+}
 
 /// Run `f` on the cache; what it returns to free is freed on the worker thread, off
 /// the caller's path (unmapping a large window takes milliseconds).
@@ -98,7 +119,11 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache) -> (T, Vec<Parked>)) -> T {
 }
 
 fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
-    f(&mut CACHE.lock().unwrap_or_else(|p| p.into_inner()))
+    f(&mut lock())
+}
+
+fn lock() -> MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Keep a window freed on this rank until every rank has freed it.
@@ -151,28 +176,60 @@ pub(crate) fn parked_in(group: &Arc<GroupShared>) -> Vec<u64> {
     })
 }
 
-/// `group`'s windows `seqs` are freed on every rank: make them available.
+/// `group`'s windows `seqs` are freed on every rank: make them available once our
+/// memory in them is zeroed again, which happens on the worker thread, off the
+/// rendezvous's path (nobody writes a window freed on every rank).
 pub(crate) fn release(group: &Arc<GroupShared>, seqs: &[u64]) {
     if seqs.is_empty() {
         return;
     }
-    with_cache(|cache| {
+    let now = locked(|cache| {
         let (now, kept): (Vec<Parked>, Vec<Parked>) = cache
             .parked
             .drain(..)
             .partition(|p| p.window.of(group) && seqs.contains(&p.window.seq));
         cache.parked = kept.into();
-        cache.released.extend(now);
-        ((), trim_released(cache))
-    })
+        now
+    });
+    zero_then_release(now);
 }
 
-/// Put back a released window an allocation took but never used in a rendezvous.
+/// Put back a released window an allocation took but never used in a rendezvous (its
+/// user may have written into it: it is zeroed again first).
 pub(crate) fn restore(entry: Parked) {
-    with_cache(|cache| {
-        cache.released.push_back(entry);
-        ((), trim_released(cache))
-    })
+    zero_then_release(vec![entry]);
+}
+
+/// Zero our memory in each of `entries` on the worker thread, then hand it out; one
+/// whose zeroing fails is freed instead.
+fn zero_then_release(entries: Vec<Parked>) {
+    if entries.is_empty() {
+        return;
+    }
+    locked(|cache| cache.zeroing.extend(entries.iter().map(Parked::key)));
+    crate::export_ahead::in_background(move || {
+        for entry in entries {
+            let key = entry.key();
+            let zeroed = entry.local.zero(0, entry.memory.len());
+            let evicted = locked(|cache| {
+                if let Some(i) = cache.zeroing.iter().position(|k| *k == key) {
+                    cache.zeroing.swap_remove(i);
+                }
+                match zeroed {
+                    Ok(()) => {
+                        cache.released.push_back(entry);
+                        trim_released(cache)
+                    }
+                    Err(e) => {
+                        tracing::warn!("a freed window could not be zeroed, so it is freed: {e}");
+                        vec![entry]
+                    }
+                }
+            });
+            ZEROED.notify_all();
+            drop(evicted);
+        }
+    });
 }
 
 fn trim_released(cache: &mut Cache) -> Vec<Parked> {
@@ -186,18 +243,22 @@ fn trim_released(cache: &mut Cache) -> Vec<Parked> {
     evicted
 }
 
-/// A released window whose own memory is `len` bytes of `provider`, newest first.
+/// A released, zeroed window whose own memory is `len` bytes of `provider`, newest
+/// first; one of that size still being zeroed is waited for (zeroing costs less than
+/// creating and exporting new memory).
 pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
-    let same = |p: &Parked| {
-        std::ptr::eq(
-            Arc::as_ptr(&p.provider) as *const (),
-            Arc::as_ptr(provider) as *const (),
-        ) && p.memory.len() == len
-    };
-    with_cache(|cache| {
-        let found = cache.released.iter().rposition(same);
-        (found.and_then(|i| cache.released.remove(i)), Vec::new())
-    })
+    let key = (provider_key(provider), len);
+    let on_worker = crate::export_ahead::on_worker();
+    let mut cache = lock();
+    loop {
+        if let Some(i) = cache.released.iter().rposition(|p| p.key() == key) {
+            return cache.released.remove(i);
+        }
+        if on_worker || !cache.zeroing.contains(&key) {
+            return None;
+        }
+        cache = ZEROED.wait(cache).unwrap_or_else(|p| p.into_inner());
+    }
 }
 
 /// Really free every cached window (parked and released): what a job calls before
@@ -205,6 +266,8 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
 /// Windows parked here but still used by peers stay mapped there; only our mappings
 /// and our references go.
 pub fn flush() {
+    // Windows being zeroed land in the released list first.
+    crate::export_ahead::drain();
     let all: Vec<Parked> = locked(|cache| {
         let mut all: Vec<Parked> = cache.parked.drain(..).collect();
         all.extend(cache.released.drain(..));
@@ -215,7 +278,87 @@ pub fn flush() {
     crate::export_ahead::drain();
 }
 
-/// Cached windows on this rank: `(parked, released)`.
+/// Cached windows on this rank: `(parked, released)` (released counts those still
+/// being zeroed).
 pub fn counts() -> (usize, usize) {
-    with_cache(|cache| ((cache.parked.len(), cache.released.len()), Vec::new()))
+    locked(|cache| {
+        let released = cache.released.len() + cache.zeroing.len();
+        (cache.parked.len(), released)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::allocation::Allocation;
+    use crate::group::{Group, GroupSpec};
+    use crate::provider::host::{page_size, HostProvider};
+    use crate::provider::Provider;
+    use crate::store::MemoryStore;
+
+    /// Both ranks (threads, each with its own provider) run `step` at once.
+    fn both<T: Send>(
+        groups: &[(Group, Arc<dyn Provider>)],
+        step: impl Fn(usize) -> T + Sync,
+    ) -> Vec<T> {
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..groups.len())
+                .map(|r| {
+                    s.spawn({
+                        let step = &step;
+                        move || step(r)
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn nonzero(alloc: &Allocation) -> usize {
+        // SAFETY: the allocation's own mapping, alive while `alloc` is.
+        let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
+        bytes.iter().filter(|&&b| b != 0).count()
+    }
+
+    /// A released window comes back zeroed, and one taken but put back unused after
+    /// its user wrote into it comes back zeroed again.
+    #[test]
+    fn released_memory_is_handed_out_zeroed_even_after_an_unused_take() {
+        let store = Arc::new(MemoryStore::new());
+        let config = crate::config::Config::from_env().unwrap();
+        let groups: Vec<(Group, Arc<dyn Provider>)> = (0..2)
+            .map(|rank| {
+                let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+                let spec = GroupSpec::new("zeroed-on-release", rank, 2);
+                let group = Group::new(spec, store.clone(), provider.clone(), &config).unwrap();
+                (group, provider)
+            })
+            .collect();
+        let size = 3 * page_size();
+        let rendezvous = |rank: usize, bytes: usize| {
+            let (group, provider) = &groups[rank];
+            let alloc = Allocation::new(provider.clone(), bytes).unwrap();
+            let window = group.rendezvous(&alloc).unwrap();
+            (alloc, window)
+        };
+        // Write into every slot, free everywhere, and let a rendezvous release it.
+        both(&groups, |r| {
+            let (alloc, window) = rendezvous(r, size);
+            window.write(1 - r, 0, &vec![0xAB; size]).unwrap();
+            window.barrier(crate::SignalOptions::default()).unwrap();
+            drop((alloc, window));
+        });
+        both(&groups, |r| drop(rendezvous(r, page_size())));
+        let provider = &groups[0].1;
+        let taken = Allocation::new(provider.clone(), size).unwrap();
+        assert!(taken.is_reused(), "the released window is handed out");
+        assert_eq!(nonzero(&taken), 0);
+        // SAFETY: the allocation's own mapping, alive while `taken` is.
+        unsafe { std::ptr::write_bytes(taken.ptr() as *mut u8, 0xCD, size) };
+        drop(taken);
+        let again = Allocation::new(provider.clone(), size).unwrap();
+        assert!(again.is_reused(), "the unused window was put back");
+        assert_eq!(nonzero(&again), 0, "and zeroed again first");
+    }
 }

@@ -487,7 +487,7 @@ const CASES: &[Case] = &[
                 r.encode()
             })
         },
-        &["ranks disagree on version: 2 on rank(s) [0]; 99 on rank(s) [1]"],
+        &["ranks disagree on version: 3 on rank(s) [0]; 99 on rank(s) [1]"],
     ),
     (
         "request whose locality is not one",

@@ -75,6 +75,7 @@ fn valid_message() -> impl Strategy<Value = Message> {
             world,
             token,
             physical_size: size,
+            offer: Default::default(),
             payload: match fabric {
                 Some(h) => {
                     let mut handle = [0u8; 64];
@@ -168,7 +169,6 @@ fn sample_request(rank: usize) -> Request {
         fabric_handle: None,
         socket: format!("/run/s/{rank}.sock").into(),
         token: "ab".repeat(16),
-        cache: Default::default(),
     }
 }
 
@@ -470,6 +470,7 @@ fn junk_rendezvous(
                 world: 2,
                 token: Token::from_hex(&theirs.token).unwrap().0,
                 physical_size: 4096,
+                offer: Default::default(),
                 payload: Payload::Fd,
             };
             for (kind, fd_kinds) in junk {

@@ -81,7 +81,8 @@ fn nonzero(ptr: usize, len: usize) -> usize {
 
 /// Rank 0 frees a window that rank 1 keeps writing into. Rank 0's new allocations of
 /// that size never see those writes: the window is handed out again only after both
-/// ranks freed it, and then whole (the next rendezvous sends no handle).
+/// ranks freed it, and then whole (the next rendezvous sends one message to the peer,
+/// its offer, and no handle).
 fn late_write(rank: usize, world: usize) -> String {
     let (group, provider) = join(rank, world);
     let size = 5 * 4096;
@@ -117,16 +118,17 @@ fn late_write(rank: usize, world: usize) -> String {
     announce();
     let again = Allocation::new(provider.clone(), size).unwrap();
     let dirty = nonzero(again.ptr(), size);
-    let before = group.exchange_counts().sent;
+    let before = group.exchange_counts();
     let window = group.rendezvous(&again).unwrap();
-    let sent = group.exchange_counts().sent - before;
+    let after = group.exchange_counts();
+    let (sent, handles) = (after.sent - before.sent, after.accepted - before.accepted);
     window.write(1 - rank, 64, &[rank as u8 + 1]).unwrap();
     window.barrier(SignalOptions::default()).unwrap();
     let mut peer = [0u8];
     window.read(rank, 64, &mut peer).unwrap();
     window.barrier(SignalOptions::channel(1)).unwrap();
     format!(
-        "late_hits={late_hits} reused_early={reused_early} reused={} dirty={dirty} sent={sent} peer_byte={}",
+        "late_hits={late_hits} reused_early={reused_early} reused={} dirty={dirty} sent={sent} handles={handles} peer_byte={}",
         again.is_reused(),
         peer[0]
     )
@@ -245,7 +247,6 @@ fn publish_and_vanish(rank: usize, world: usize) {
         fabric_handle: None,
         socket: endpoint.path().to_path_buf(),
         token: endpoint.token().to_hex(),
-        cache: Default::default(),
     };
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     store
@@ -325,6 +326,7 @@ fn forge_to_all(dir: &Path) -> usize {
             world: 2,
             token: [7; 16],
             physical_size: 4096,
+            offer: Default::default(),
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];
@@ -601,7 +603,7 @@ fn a_late_write_to_a_freed_window_never_reaches_memory_handed_out_again() {
         assert_eq!(
             result(out),
             format!(
-                "late_hits=0 reused_early=0 reused=true dirty=0 sent=0 peer_byte={}",
+                "late_hits=0 reused_early=0 reused=true dirty=0 sent=1 handles=0 peer_byte={}",
                 2 - rank
             ),
             "rank {rank}"

@@ -136,6 +136,7 @@ fn logged(rank: usize, world: usize) -> String {
             world: 2,
             token: [0; 16],
             physical_size: 4096,
+            offer: Default::default(),
             payload: Payload::Fd,
         };
         let mut buf = [0u8; FABRIC_LEN];

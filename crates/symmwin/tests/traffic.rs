@@ -1,6 +1,8 @@
-//! Store operations and socket messages per rendezvous: a constant number of store
-//! calls and one message per peer per rank, so they grow linearly with the world size;
-//! none at all when every rank takes a freed window over. Ranks are threads of this
+//! Store operations and socket messages per rendezvous: a group's first rendezvous
+//! costs each rank a constant number of store calls; after it the requests travel over
+//! the sockets, so a rendezvous costs no store call and one message per peer per rank,
+//! also when every rank takes a freed window over (the message then carries no handle):
+//! everything grows linearly with the world size. Ranks are threads of this
 //! process, each with its own host provider (the window cache hands memory back only
 //! to the provider it came from), an in-memory store and real sockets.
 
@@ -105,9 +107,10 @@ fn since(before: &Traffic, after: Traffic) -> Traffic {
     (calls, after.1 - before.1, after.2 - before.2)
 }
 
-/// Traffic of a rendezvous of fresh memory (after a first one made the pad pool),
-/// and of one where every rank re-allocates a size all of them freed.
-fn traffic(world: usize) -> (Traffic, Traffic) {
+/// Traffic of a group's first rendezvous (which also makes the pad pool), of a
+/// rendezvous of fresh memory after it, and of one where every rank re-allocates a
+/// size all of them freed.
+fn traffic(world: usize) -> [Traffic; 3] {
     let store = Arc::new(Counting::default());
     let config = Config::from_env().unwrap();
     let groups: Vec<(Group, Arc<dyn Provider>)> = (0..world)
@@ -119,7 +122,9 @@ fn traffic(world: usize) -> (Traffic, Traffic) {
         })
         .collect();
     let size = 3 * 4096;
+    let before = totals(&store, &groups);
     rendezvous_all(&groups, 4096);
+    let first = since(&before, totals(&store, &groups));
     let before = totals(&store, &groups);
     assert_eq!(rendezvous_all(&groups, size), 0, "fresh memory");
     let fresh = since(&before, totals(&store, &groups));
@@ -128,42 +133,48 @@ fn traffic(world: usize) -> (Traffic, Traffic) {
     assert_eq!(rendezvous_all(&groups, size), 0, "not released yet");
     let before = totals(&store, &groups);
     assert_eq!(rendezvous_all(&groups, size), world, "every rank reuses");
-    (fresh, since(&before, totals(&store, &groups)))
+    [first, fresh, since(&before, totals(&store, &groups))]
+}
+
+/// `n` store calls of each operation given, none of the others.
+fn calls(n: u64, ops: &[&'static str]) -> BTreeMap<&'static str, u64> {
+    ["set", "try_get", "wait_all", "add", "delete"]
+        .into_iter()
+        .map(|op| (op, if ops.contains(&op) { n } else { 0 }))
+        .collect()
 }
 
 #[test]
 fn a_rendezvous_costs_each_rank_a_few_store_calls_and_one_message_per_peer() {
     for world in [2, 4] {
-        let ((calls, sent, accepted), (reused, reused_sent, reused_accepted)) = traffic(world);
+        let [first, fresh, reused] = traffic(world);
         let w = world as u64;
-        // Per rank: publish, one wait for every peer's request, delete our key.
-        let expected: BTreeMap<&str, u64> = [
-            ("set", w),
-            ("try_get", 0),
-            ("wait_all", w),
-            ("add", 0),
-            ("delete", w),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(calls, expected, "store calls at world {world}");
-        assert_eq!(sent, w * (w - 1), "messages sent at world {world}");
-        assert_eq!(accepted, w * (w - 1), "handles accepted at world {world}");
-        // Taking a freed window over: publish and wait; the key goes at the next one.
-        let expected: BTreeMap<&str, u64> = [
-            ("set", w),
-            ("try_get", 0),
-            ("wait_all", w),
-            ("add", 0),
-            ("delete", 0),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(reused, expected, "store calls of a reuse at world {world}");
+        let peers = w * (w - 1);
+        // The first: per rank, a look at its own key, publish, one wait for every
+        // peer's request, delete its key; then the pad pool's, over the sockets. A
+        // message to every peer, with a handle, for each of the two.
+        let all = ["set", "try_get", "wait_all", "delete"];
         assert_eq!(
-            (reused_sent, reused_accepted),
-            (0, 0),
-            "reuse at world {world}"
+            first.0,
+            calls(w, &all),
+            "first store calls at world {world}"
         );
+        assert_eq!(
+            (first.1, first.2),
+            (2 * peers, 2 * peers),
+            "first, world {world}"
+        );
+        // Fresh memory afterwards: no store call, one message and handle per peer.
+        assert_eq!(fresh.0, calls(0, &[]), "store calls at world {world}");
+        assert_eq!(fresh.1, peers, "messages sent at world {world}");
+        assert_eq!(fresh.2, peers, "handles accepted at world {world}");
+        // Taking a freed window over: one message per peer (the request and the
+        // offer, which is what releases the window) with no handle in it.
+        assert_eq!(
+            reused.0,
+            calls(0, &[]),
+            "store calls of a reuse at world {world}"
+        );
+        assert_eq!((reused.1, reused.2), (peers, 0), "reuse at world {world}");
     }
 }

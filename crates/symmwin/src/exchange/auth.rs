@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::diagnosis::shown;
 use super::transport::Received;
-use super::wire::{Message, Payload};
+use super::wire::{decode_framed, Message, Payload};
 use super::{Endpoint, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
@@ -19,7 +19,7 @@ impl Endpoint {
         &self,
         round: &Round<'_>,
         mut raw: Received,
-    ) -> std::result::Result<(Message, SharedHandle), String> {
+    ) -> std::result::Result<Authenticated, String> {
         if raw.truncated {
             return Err("truncated datagram".into());
         }
@@ -27,7 +27,9 @@ impl Endpoint {
         if uid != self.uid {
             return Err(format!("sender uid {uid} is not ours ({})", self.uid));
         }
-        let message = Message::decode(&raw.bytes).map_err(|e| format!("undecodable: {e}"))?;
+        let (message, request) =
+            decode_framed(&raw.bytes).map_err(|e| format!("undecodable: {e}"))?;
+        let request = request.map(<[u8]>::to_vec);
         if !self.token.matches(&message.token) {
             return Err(format!("wrong token from pid {:?}", raw.pid));
         }
@@ -49,8 +51,9 @@ impl Endpoint {
             }
         }
         let handle = match message.payload {
-            Payload::Fd if raw.fds.len() == 1 => SharedHandle::Fd(raw.fds.remove(0)),
-            Payload::Fabric(bytes) if raw.fds.is_empty() => SharedHandle::Fabric(bytes),
+            Payload::Fd if raw.fds.len() == 1 => Some(SharedHandle::Fd(raw.fds.remove(0))),
+            Payload::Fabric(bytes) if raw.fds.is_empty() => Some(SharedHandle::Fabric(bytes)),
+            Payload::NoHandle if raw.fds.is_empty() => None,
             _ => {
                 return Err(format!(
                     "{} fds attached to a {:?} message",
@@ -59,8 +62,20 @@ impl Endpoint {
                 ))
             }
         };
-        Ok((message, handle))
+        Ok(Authenticated {
+            message,
+            handle,
+            request,
+        })
     }
+}
+
+/// A datagram that passed [`Endpoint::authenticate`].
+pub(super) struct Authenticated {
+    pub(super) message: Message,
+    pub(super) handle: Option<SharedHandle>,
+    /// The sender's request, when it came with the message.
+    pub(super) request: Option<Vec<u8>>,
 }
 
 /// Longest path a Unix socket address holds (`sun_path` less its NUL).

@@ -1,8 +1,10 @@
 //! Early-message buffering: handles that arrive for a rendezvous this rank has not
 //! reached yet are kept, authenticated, until it does.
 
+use super::auth::Authenticated;
 use super::transport::Received;
-use super::{Endpoint, Round};
+use super::wire::Offer;
+use super::{Endpoint, Round, Traded};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
@@ -15,7 +17,9 @@ pub(super) struct Early {
     pid: Option<u32>,
     world: usize,
     physical_size: u64,
-    handle: SharedHandle,
+    offer: Offer,
+    handle: Option<SharedHandle>,
+    request: Option<Vec<u8>>,
 }
 
 impl Endpoint {
@@ -24,20 +28,26 @@ impl Endpoint {
         &mut self,
         round: &Round<'_>,
         raw: Received,
-        received: &mut [Option<SharedHandle>],
+        traded: &mut Traded,
     ) -> Result<()> {
         let pid = raw.pid;
         match self.authenticate(round, raw) {
-            Ok((message, handle)) => {
+            Ok(Authenticated {
+                message,
+                handle,
+                request,
+            }) => {
                 let early = Early {
                     sender: message.sender as usize,
                     pid,
                     world: message.world as usize,
                     physical_size: message.physical_size,
+                    offer: message.offer,
                     handle,
+                    request,
                 };
                 if message.group == round.group && message.seq == round.seq {
-                    self.accept(round, early, received)
+                    self.accept(round, early, traded)
                 } else if message.group == round.group && message.seq > round.seq {
                     self.early
                         .entry((message.group, message.seq))
@@ -58,13 +68,14 @@ impl Endpoint {
         }
     }
 
-    /// Take a handle for the current rendezvous, if its sender is a peer we expect
-    /// one from and has not sent one yet.
+    /// Take a message for the current rendezvous, if its sender is a peer we expect
+    /// one from: its offer if it is the sender's first, its handle if it has one and
+    /// the sender sent none before.
     pub(super) fn accept(
         &mut self,
         round: &Round<'_>,
         early: Early,
-        received: &mut [Option<SharedHandle>],
+        traded: &mut Traded,
     ) -> Result<()> {
         let sender = early.sender;
         let expected = round.peers.get(sender).map(|p| p.pid);
@@ -79,7 +90,13 @@ impl Endpoint {
             );
             return Ok(());
         }
-        if early.world != round.peers.len() || early.physical_size != round.physical_size {
+        let disagrees =
+            early.world != round.peers.len() || early.physical_size != round.physical_size;
+        // A message with a request in it is judged with the requests, whose check names
+        // the field every rank disagrees on; the sizes are checked again after it.
+        if disagrees && early.request.is_some() {
+            traded.misfits.push(sender);
+        } else if disagrees {
             return Err(Error::new(
                 Phase::Exchange,
                 ErrorKind::Mismatch {
@@ -95,20 +112,31 @@ impl Endpoint {
             )
             .with_peer(sender));
         }
-        match received.get_mut(sender) {
-            Some(slot @ None) if round.targets.contains(&sender) => {
-                *slot = Some(early.handle);
-                self.counts.accepted += 1;
-                Ok(())
-            }
-            _ => {
-                self.rejected += 1;
-                tracing::warn!(
-                    "symmwin rank {}: duplicate handle from rank {sender}",
-                    round.rank
-                );
-                Ok(())
-            }
+        if !round.targets.contains(&sender) {
+            self.reject_duplicate(round, sender);
+            return Ok(());
         }
+        let first = traded.offers[sender].is_none();
+        if first {
+            traded.offers[sender] = Some(early.offer);
+            traded.requests[sender] = early.request;
+        }
+        match (early.handle, &mut traded.handles[sender]) {
+            (Some(handle), slot @ None) => {
+                *slot = Some(handle);
+                self.counts.accepted += 1;
+            }
+            (None, _) if first => {}
+            _ => self.reject_duplicate(round, sender),
+        }
+        Ok(())
+    }
+
+    fn reject_duplicate(&mut self, round: &Round<'_>, sender: usize) {
+        self.rejected += 1;
+        tracing::warn!(
+            "symmwin rank {}: unexpected or duplicate message from rank {sender}",
+            round.rank
+        );
     }
 }

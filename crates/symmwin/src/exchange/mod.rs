@@ -1,4 +1,5 @@
-//! All-gather of shareable handles over Unix datagram sockets.
+//! All-gather of shareable handles over Unix datagram sockets, with each rank's word
+//! on freed windows and (once a group's ranks know each other's sockets) its request.
 //!
 //! Each rank binds one socket per group in a private directory. A message carries
 //! the sender's rank, the rendezvous id (group id and sequence) and the receiver's
@@ -11,6 +12,7 @@ mod auth;
 mod diagnosis;
 mod early;
 mod sweep;
+mod traded;
 mod transport;
 pub mod wire;
 
@@ -24,6 +26,9 @@ use crate::provider::SharedHandle;
 use crate::token::Token;
 use early::Early;
 pub use sweep::remove_own_sockets;
+use traded::Sent;
+pub use traded::{Awaited, Outgoing, Traded};
+pub use wire::Offer;
 
 /// Where one peer listens and what it expects from us.
 #[derive(Debug, Clone)]
@@ -70,12 +75,15 @@ pub struct Endpoint {
     fds_dropped: u64,
     /// Traffic since creation: messages sent, handles accepted.
     counts: ExchangeCounts,
+    /// Where datagrams are received (kept between receives).
+    receive_buffer: Vec<u8>,
 }
 
 /// What an endpoint has sent and accepted since it was bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExchangeCounts {
-    /// Datagrams sent (one per peer per rendezvous).
+    /// Datagrams sent (one per peer per rendezvous; two to a peer that needs a
+    /// handle after our first message offered a freed window and carried none).
     pub sent: u64,
     /// Handles accepted (one per peer per rendezvous); each fd is closed after import.
     pub accepted: u64,
@@ -102,6 +110,7 @@ impl Endpoint {
             rejected: 0,
             fds_dropped: 0,
             counts: ExchangeCounts::default(),
+            receive_buffer: Vec::new(),
         })
     }
 
@@ -133,24 +142,55 @@ impl Endpoint {
         handle: &SharedHandle,
         timeout: Duration,
     ) -> Result<Vec<Option<SharedHandle>>> {
-        let world = round.peers.len();
+        let mut traded = Traded::new(round.peers.len());
+        let ours = Outgoing {
+            offer: Offer::default(),
+            handle: Some(handle),
+            request: None,
+        };
+        self.trade(round, &mut traded, &ours, Awaited::Handles, timeout)?;
+        Ok(traded.handles)
+    }
+
+    /// Send our offer (with our handle and our request, where `ours` has them) to
+    /// every target that has not had it yet, and receive until every target's
+    /// `awaited` part has come, in any order. Called again for the same rendezvous
+    /// with a handle, it sends only the handle that is new and keeps what came before.
+    pub fn trade(
+        &mut self,
+        round: &Round<'_>,
+        traded: &mut Traded,
+        ours: &Outgoing<'_>,
+        awaited: Awaited,
+        timeout: Duration,
+    ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let fds_dropped_before = self.fds_dropped;
-        let mut received: Vec<Option<SharedHandle>> = (0..world).map(|_| None).collect();
         for early in self
             .early
             .remove(&(round.group, round.seq))
             .unwrap_or_default()
         {
-            self.accept(round, early, &mut received)?;
+            self.accept(round, early, traded)?;
         }
-        let mut unsent: Vec<usize> = round.targets.to_vec();
+        let needed = if ours.handle.is_some() {
+            Sent::Handle
+        } else {
+            Sent::OfferOnly
+        };
         loop {
             let mut full = Vec::new();
             let mut lost = Vec::new();
-            for peer in unsent {
-                match self.try_send(round, peer, handle) {
-                    Ok(true) => self.counts.sent += 1,
+            for &peer in round.targets {
+                if traded.sent[peer] >= needed {
+                    continue;
+                }
+                let first = traded.sent[peer] == Sent::Nothing;
+                match self.try_send(round, peer, ours, first) {
+                    Ok(true) => {
+                        traded.sent[peer] = needed;
+                        self.counts.sent += 1;
+                    }
                     Ok(false) => full.push(peer),
                     Err(e) => lost.push((peer, e)),
                 }
@@ -158,32 +198,31 @@ impl Endpoint {
             if !lost.is_empty() {
                 return Err(diagnosis::most_likely_lost(round, lost));
             }
-            unsent = full;
             let missing: Vec<usize> = round
                 .targets
                 .iter()
                 .copied()
-                .filter(|&r| received[r].is_none())
+                .filter(|&r| !traded.has(awaited, r))
                 .collect();
-            if missing.is_empty() && unsent.is_empty() {
-                return Ok(received);
+            if missing.is_empty() && full.is_empty() {
+                return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
                 let mut waiting = missing;
-                waiting.extend(&unsent);
+                waiting.extend(&full);
                 let fds_dropped = self.fds_dropped - fds_dropped_before;
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
             // While sends are pending, poll briefly so they are retried soon.
-            let wait = if unsent.is_empty() {
+            let wait = if full.is_empty() {
                 deadline - now
             } else {
                 Duration::from_millis(1).min(deadline - now)
             };
             if self.wait_readable(wait)? {
                 while let Some(msg) = self.receive_one()? {
-                    self.route(round, msg, &mut received)?;
+                    self.route(round, msg, traded)?;
                 }
             }
         }

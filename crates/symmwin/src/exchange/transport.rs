@@ -17,8 +17,8 @@ use rustix::net::{
 
 use super::auth::check_peer_socket;
 use super::diagnosis::shown;
-use super::wire::{Message, Payload, FABRIC_LEN};
-use super::{Endpoint, Round};
+use super::wire::{Message, Payload, FABRIC_LEN, MAX_REQUEST};
+use super::{Endpoint, Outgoing, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
@@ -63,13 +63,16 @@ pub(super) fn bind_socket(path: &Path) -> Result<OwnedFd> {
 }
 
 impl Endpoint {
-    /// Send to `peer`; `Ok(false)` when its queue is full and we should retry.
+    /// Send our offer and handle (and, in our first message, our request) to `peer`;
+    /// `Ok(false)` when its queue is full and we should retry.
     pub(super) fn try_send(
         &self,
         round: &Round<'_>,
         peer: usize,
-        handle: &SharedHandle,
+        ours: &Outgoing<'_>,
+        first: bool,
     ) -> Result<bool> {
+        let (offer, handle) = (ours.offer, ours.handle);
         let address = &round.peers[peer];
         let message = Message {
             group: round.group,
@@ -78,13 +81,22 @@ impl Endpoint {
             world: round.peers.len() as u32,
             token: address.token.0,
             physical_size: round.physical_size,
+            offer,
             payload: match handle {
-                SharedHandle::Fd(_) => Payload::Fd,
-                SharedHandle::Fabric(bytes) => Payload::Fabric(*bytes),
+                Some(SharedHandle::Fd(_)) => Payload::Fd,
+                Some(SharedHandle::Fabric(bytes)) => Payload::Fabric(*bytes),
+                None => Payload::NoHandle,
             },
         };
         let mut buf = [0u8; FABRIC_LEN];
-        let bytes = message.encode(&mut buf);
+        let mut framed = Vec::new();
+        let bytes = match ours.request.filter(|_| first) {
+            Some(request) => {
+                message.encode_with_request(request, &mut framed);
+                &framed[..]
+            }
+            None => message.encode(&mut buf),
+        };
         // The path comes from the store, which other users may be able to write (a
         // TCP store is open to the machine). Only send handles to sockets that live in a
         // private directory of ours, so a forged request cannot divert memory elsewhere.
@@ -94,7 +106,7 @@ impl Endpoint {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         let fds;
-        if let SharedHandle::Fd(fd) = handle {
+        if let Some(SharedHandle::Fd(fd)) = handle {
             fds = [fd.as_fd()];
             control.push(SendAncillaryMessage::ScmRights(&fds));
         }
@@ -135,7 +147,9 @@ impl Endpoint {
 
     /// One datagram with its credentials and fds, or `None` when the queue is empty.
     pub(super) fn receive_one(&mut self) -> Result<Option<Received>> {
-        let mut buf = [0u8; FABRIC_LEN + 1];
+        // Room for a request after the longest fixed part, and one byte more to see
+        // a longer datagram as truncated; allocated once per endpoint.
+        self.receive_buffer.resize(FABRIC_LEN + MAX_REQUEST + 1, 0);
         // Room for more fds than a valid message carries, so that extra ones arrive
         // as owned fds we close, instead of truncating the control data.
         let mut space =
@@ -143,7 +157,7 @@ impl Endpoint {
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let msg = match rustix::net::recvmsg(
             &self.socket,
-            &mut [IoSliceMut::new(&mut buf)],
+            &mut [IoSliceMut::new(&mut self.receive_buffer)],
             &mut control,
             RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
         ) {
@@ -169,8 +183,9 @@ impl Endpoint {
             // truncation means the kernel could not install the fds: EMFILE.
             self.fds_dropped += 1;
         }
+        let bytes = self.receive_buffer[..msg.bytes.min(self.receive_buffer.len())].to_vec();
         Ok(Some(Received {
-            bytes: buf[..msg.bytes.min(buf.len())].to_vec(),
+            bytes,
             truncated,
             fds,
             uid: cred.map(|c| c.uid.as_raw()),

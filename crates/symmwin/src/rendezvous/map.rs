@@ -1,53 +1,248 @@
-//! Making a window of fresh memory once the ranks agree: map our own memory,
-//! exchange handles, import and map the peers'.
+//! Making the window once the ranks agree: trade offers (taking a released window
+//! over whole when every rank offers it), or map our own memory, trade handles,
+//! import and map the peers'.
 
 use super::clock::Step;
 use super::import;
 use super::locality::Reach;
-use super::reuse::Own;
+use super::request::Request;
+use super::reuse::{self, Own};
 use super::run::{Exchanged, Gathered, Rendezvous};
 use super::spanning;
 use crate::error::Result;
-use crate::exchange::Round;
+use crate::exchange::{Awaited, Offer, Outgoing, Round, Traded};
 use crate::layout::FlatLayout;
-use crate::provider::{Memory, SharedHandle, Span};
+use crate::provider::{HandleType, Memory, SharedHandle, Span};
+use crate::window_cache;
 
 /// The span reserved for a fresh window, and whether our slot is mapped already.
-struct Reserved {
+pub(super) struct Reserved {
     span: Box<dyn Span>,
     layout: FlatLayout,
     own_mapped: bool,
 }
 
+/// Who we trade with, as every rank decides it from the same requests.
+pub(super) struct Plan {
+    /// How every rank's memory reaches us.
+    pub(super) reach: Vec<Reach>,
+    /// The peers whose handles travel over the socket.
+    pub(super) targets: Vec<usize>,
+    /// Every peer is one of them: the group keeps windows (and needs no store once
+    /// its ranks know each other's sockets).
+    pub(super) cacheable: bool,
+}
+
+impl Plan {
+    /// The plan for `requests`, confirming each socket peer's socket (`rank` is ours).
+    pub(super) fn of(requests: &[Request], rank: usize, handle_type: HandleType) -> Result<Self> {
+        let reach = spanning::reach(requests, rank, handle_type)?;
+        let targets: Vec<usize> = (0..requests.len())
+            .filter(|&r| reach[r] == Reach::Socket)
+            .collect();
+        let cacheable = spanning::one_host(requests) && targets.len() + 1 == requests.len();
+        Ok(Plan {
+            reach,
+            targets,
+            cacheable,
+        })
+    }
+}
+
+/// Our side of a trade under way: our offer, our handle (until it has gone), the span
+/// when reserved already, and what the peers have sent so far.
+pub(super) struct Trading {
+    pub(super) offer: Offer,
+    pub(super) handle: Option<SharedHandle>,
+    pub(super) reserved: Option<Reserved>,
+    pub(super) traded: Traded,
+    /// Every peer's offer is in.
+    pub(super) offers_in: bool,
+}
+
 impl Rendezvous<'_> {
-    /// Make a window of fresh memory from the gathered requests: reserve the span,
-    /// send `handle` to the peers that take it over the socket, take theirs (and
-    /// fabric peers' from their requests), import and map.
-    pub(super) fn map_fresh(
+    /// Once the ranks agree through the store: trade offers with the peers over the
+    /// socket (in a group that keeps windows), then [`Rendezvous::finish`]. `ours`
+    /// is our offer and our handle, if exported already (it then goes with our offer).
+    pub(super) fn trade_and_map(
         &mut self,
         own: &Own<'_>,
-        handle: SharedHandle,
+        ours: (Offer, Option<SharedHandle>),
         gathered: Gathered,
     ) -> Result<Exchanged> {
-        let memory = own.memory();
-        let mut reserved = self.map_own(own)?;
-        let (reach, handles) = self.exchange_handles(&gathered, handle, memory.len())?;
-        self.import_and_map(&mut reserved, memory, handles)?;
+        let shared = self.shared;
+        let (offer, handle) = ours;
+        let plan = Plan::of(
+            &gathered.requests,
+            shared.rank,
+            shared.provider.info().handle_type,
+        )?;
+        self.clock.lap(Step::Gather);
+        let reserved = self.reserve_early(own, &offer)?;
+        let handle = self.collect_handle(own, &offer, handle)?;
+        let mut trading = Trading {
+            offer,
+            reserved,
+            handle,
+            traded: Traded::new(shared.world),
+            offers_in: false,
+        };
+        if plan.cacheable && matches!(own, Own::Alloc(_)) {
+            let round = self.round(&gathered, &plan.targets, own);
+            let out = Outgoing {
+                offer,
+                handle: trading.handle.as_ref(),
+                request: None,
+            };
+            self.trade(&round, &mut trading.traded, &out, Awaited::Offers)?;
+            self.clock.lap(Step::Exchange);
+            trading.offers_in = true;
+            self.go_direct(&gathered, &plan);
+        }
+        self.finish(own, trading, gathered, plan)
+    }
+
+    /// Every peer of a group that keeps windows has sent us a message, which it does
+    /// only after reading every request and deciding the same: from now on the
+    /// ranks' requests travel over the sockets (see `direct`). Deciding it only once
+    /// every peer was heard from keeps the ranks in step when a first rendezvous
+    /// fails on some of them before its trade.
+    fn go_direct(&mut self, gathered: &Gathered, plan: &Plan) {
+        if plan.cacheable && self.state.direct.is_none() {
+            self.state.direct = Some(gathered.peers.clone());
+        }
+    }
+
+    /// The span reserved before any trade, where it must or may be: a pad pool's slot
+    /// must read zero before any peer gets our handle; memory that cannot take a
+    /// released window over is mapped fresh in any case, and a span we cannot reserve
+    /// is our own failure, to report before any trade.
+    pub(super) fn reserve_early(
+        &mut self,
+        own: &Own<'_>,
+        offer: &Offer,
+    ) -> Result<Option<Reserved>> {
+        let early = own.purpose().zeroed_before_sharing() || offer.reuse.is_none();
+        let map_now = offer.reuse.is_none() && !own.handle_ready();
+        early.then(|| self.map_own(own, map_now)).transpose()
+    }
+
+    /// The exchange round of rendezvous `gathered.seq` with `targets`.
+    pub(super) fn round<'r>(
+        &self,
+        gathered: &'r Gathered,
+        targets: &'r [usize],
+        own: &Own<'_>,
+    ) -> Round<'r> {
+        Round {
+            group: self.shared.id,
+            seq: gathered.seq,
+            rank: self.shared.rank,
+            peers: &gathered.peers,
+            targets,
+            physical_size: own.memory().len() as u64,
+        }
+    }
+
+    /// Every request is in and agrees: take a released window over whole when every
+    /// rank offers the same one (once every peer's offer is in); otherwise trade
+    /// handles, import and map.
+    pub(super) fn finish(
+        &mut self,
+        own: &Own<'_>,
+        mut trading: Trading,
+        gathered: Gathered,
+        plan: Plan,
+    ) -> Result<Exchanged> {
+        let world = self.shared.world;
+        if trading.offers_in {
+            if let Some(window) = self.settle_offers(own, trading.offer, &trading.traded) {
+                self.clock.mark_reused();
+                return Ok(Exchanged {
+                    span: window.span,
+                    layout: window.layout,
+                    mapped: vec![true; world],
+                    requests: gathered.requests,
+                    seq: gathered.seq,
+                    cacheable: true,
+                });
+            }
+        }
+        let handle = match trading.handle.take() {
+            Some(handle) => handle,
+            None => {
+                let handle = own.export()?;
+                self.clock.lap(Step::Export);
+                handle
+            }
+        };
+        let mut reserved = match trading.reserved.take() {
+            Some(reserved) => reserved,
+            None => self.map_own(own, false)?,
+        };
+        let round = self.round(&gathered, &plan.targets, own);
+        let out = Outgoing {
+            offer: trading.offer,
+            handle: Some(&handle),
+            request: None,
+        };
+        self.trade(&round, &mut trading.traded, &out, Awaited::Handles)?;
+        self.go_direct(&gathered, &plan);
+        // Closing an exported CUDA fd is not free; count it here, not nowhere.
+        drop(handle);
+        let handles = with_fabric_handles(&gathered, &plan.reach, trading.traded.handles)?;
+        self.clock.lap(Step::Exchange);
+        self.import_and_map(&mut reserved, own.memory(), handles)?;
         Ok(Exchanged {
             span: reserved.span,
             layout: reserved.layout,
-            cacheable: spanning::one_host(&gathered.requests),
+            cacheable: plan.cacheable,
             requests: gathered.requests,
             seq: gathered.seq,
-            reused: false,
-            mapped: reach.iter().map(|r| r.is_mapped()).collect(),
+            mapped: plan.reach.iter().map(|r| r.is_mapped()).collect(),
         })
     }
 
+    /// One trade with the peers of `round` (see [`crate::exchange::Endpoint::trade`]).
+    pub(super) fn trade(
+        &mut self,
+        round: &Round<'_>,
+        traded: &mut Traded,
+        ours: &Outgoing<'_>,
+        awaited: Awaited,
+    ) -> Result<()> {
+        let timeout = self.shared.timeout;
+        self.state
+            .endpoint
+            .trade(round, traded, ours, awaited, timeout)
+    }
+
+    /// Every rank's offer is in (`offer` is ours): release the windows every rank
+    /// has freed, and take ours over if every rank offers the same released one. A
+    /// rank whose offer is missing lists nothing and offers nothing: no release.
+    fn settle_offers(
+        &mut self,
+        own: &Own<'_>,
+        offer: Offer,
+        traded: &Traded,
+    ) -> Option<crate::window_cache::WindowSpan> {
+        let rank = self.shared.rank;
+        let offers: Vec<Offer> = (0..self.shared.world)
+            .map(|r| match r == rank {
+                true => offer,
+                false => traded.offers[r].unwrap_or_default(),
+            })
+            .collect();
+        window_cache::release(self.shared, &reuse::freed_everywhere(&offers));
+        own.take_over(&offers)
+    }
+
     /// Reserve the span, mapping and zeroing our own slot first where the window's
-    /// purpose needs it zero before any peer gets our handle; otherwise our slot is
-    /// mapped with the peers', in one batch.
-    fn map_own(&mut self, own: &Own<'_>) -> Result<Reserved> {
+    /// purpose needs it zero before any peer gets our handle, and mapping it first
+    /// when `map_now` (while our export is still running: the mapping then costs the
+    /// rendezvous nothing); otherwise our slot is mapped with the peers', in one batch
+    /// (one access grant for the whole span).
+    fn map_own(&mut self, own: &Own<'_>, map_now: bool) -> Result<Reserved> {
         let shared = self.shared;
         let memory = own.memory();
         let stride = memory.len();
@@ -56,10 +251,13 @@ impl Rendezvous<'_> {
         // the slots of mapped ranks are mapped; the others cost no memory.
         let mut span = shared.provider.reserve(span_len)?;
         let layout = FlatLayout::new(span.base(), stride, shared.world)?;
-        let own_mapped =
+        let zero_first =
             own.purpose().zeroed_before_sharing() && !shared.provider.info().zero_on_create;
+        let own_mapped = zero_first || map_now;
         if own_mapped {
             span.map(shared.rank * stride, memory)?;
+        }
+        if zero_first {
             span.zero(shared.rank * stride, stride)?;
         }
         self.clock.lap(Step::Reserve);
@@ -70,48 +268,6 @@ impl Rendezvous<'_> {
         })
     }
 
-    /// Send our handle to the peers that import it from the socket and take theirs;
-    /// peers on other hosts get nothing (those of our fabric domain read our
-    /// request), and theirs come from their requests. How each rank reaches us, and
-    /// the handles by rank (`None` at our own rank and at ranks we do not map).
-    fn exchange_handles(
-        &mut self,
-        gathered: &Gathered,
-        handle: SharedHandle,
-        physical_size: usize,
-    ) -> Result<(Vec<Reach>, Vec<Option<SharedHandle>>)> {
-        let shared = self.shared;
-        let requests = &gathered.requests;
-        let reach = spanning::reach(requests, shared.rank, shared.provider.info().handle_type)?;
-        let targets: Vec<usize> = (0..shared.world)
-            .filter(|&r| reach[r] == Reach::Socket)
-            .collect();
-        let round = Round {
-            group: shared.id,
-            seq: gathered.seq,
-            rank: shared.rank,
-            peers: &gathered.peers,
-            targets: &targets,
-            physical_size: physical_size as u64,
-        };
-        let mut handles = self
-            .state
-            .endpoint
-            .all_gather(&round, &handle, shared.timeout)?;
-        // Closing an exported CUDA fd is not free; count it here, not nowhere.
-        drop(handle);
-        for (peer, slot) in handles.iter_mut().enumerate() {
-            if reach[peer] == Reach::Store {
-                *slot = Some(spanning::handle_from_store(
-                    &requests[peer],
-                    &gathered.keys[peer],
-                )?);
-            }
-        }
-        self.clock.lap(Step::Exchange);
-        Ok((reach, handles))
-    }
-
     /// Import every peer's handle, then map every slot not mapped yet in one batch.
     fn import_and_map(
         &mut self,
@@ -119,7 +275,8 @@ impl Rendezvous<'_> {
         memory: &dyn Memory,
         handles: Vec<Option<SharedHandle>>,
     ) -> Result<()> {
-        let imported = import::import_all(self.shared.provider.as_ref(), handles, memory.len())?;
+        let shared = self.shared;
+        let imported = import::import_all(&shared.provider, handles, memory.len(), shared.timeout)?;
         self.clock.lap(Step::Import);
         map_slots(
             reserved.span.as_mut(),
@@ -130,6 +287,25 @@ impl Rendezvous<'_> {
         self.clock.lap(Step::Map);
         Ok(())
     }
+}
+
+/// The handles by rank: those that came over the socket, and the fabric handles of
+/// peers on other hosts from their requests (`None` at our own rank and at ranks we
+/// do not map).
+fn with_fabric_handles(
+    gathered: &Gathered,
+    reach: &[Reach],
+    mut handles: Vec<Option<SharedHandle>>,
+) -> Result<Vec<Option<SharedHandle>>> {
+    for (peer, slot) in handles.iter_mut().enumerate() {
+        if reach[peer] == Reach::Store {
+            *slot = Some(spanning::handle_from_store(
+                &gathered.requests[peer],
+                &gathered.keys[peer],
+            )?);
+        }
+    }
+    Ok(handles)
 }
 
 /// Map every slot of the span not mapped yet, in one batch: ours (unless `own.2` says

@@ -2,13 +2,15 @@
 //! import, and map every rank's memory into one flat span.
 //!
 //! The steps, in order, each in its own module: publish and gather-and-validate
-//! (`publish`), take a released window over (`reuse`) or map own memory, exchange
-//! handles, import and map peers (`map`), retire keys (`retire`), then claim a
-//! signal-pad slot (`pads`, growing the pools by a rendezvous of their own); `run`
-//! holds the orchestrator and `clock` the phase times.
+//! (`publish`; over the sockets instead once the ranks know each other's, `direct`),
+//! take a released window over (`reuse`) or map own memory, exchange handles, import
+//! and map peers (`map`, `import`), retire keys (`retire`), then claim a signal-pad
+//! slot (`pads`, growing the pools by a rendezvous of their own); `run` holds the
+//! orchestrator and `clock` the phase times.
 
 mod claim;
 mod clock;
+mod direct;
 mod import;
 pub mod locality;
 mod map;
@@ -35,17 +37,18 @@ use run::Rendezvous;
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct PhaseTimes {
     /// Getting the shareable handle to our memory: for an allocation, waiting for the
-    /// export started when it was made (zero when that has finished); for a pad pool,
-    /// the export itself.
+    /// export started when it was made, once every request is in (zero when it has
+    /// finished by then); for a pad pool, the export itself.
     pub export_us: f64,
     /// Publishing the request.
     pub publish_us: f64,
     /// Waiting for and validating every request.
     pub gather_us: f64,
-    /// Reserving the span (and mapping and zeroing our own memory first where it must
-    /// be zeroed before any peer can map it: pad pools).
+    /// Reserving the span (and mapping our own memory first: where it must be zeroed
+    /// before any peer can map it, pad pools; and while our export is still running).
     pub reserve_us: f64,
-    /// Sending our handle to every peer and receiving theirs.
+    /// Trading with every peer over the socket: our word on freed windows and our
+    /// handle out, theirs in.
     pub exchange_us: f64,
     /// Importing peers' handles.
     pub import_us: f64,

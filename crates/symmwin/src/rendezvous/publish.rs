@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::pads::PadAsk;
-use super::request::{self, Request, WindowOffer};
+use super::request::{self, Request};
 use super::spanning;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::PeerAddress;
@@ -23,7 +23,6 @@ pub(super) struct Ask<'a> {
     pub(super) pads: &'a PadAsk,
     /// Our handle when exported ahead (a request carries fabric handles).
     pub(super) handle: Option<&'a SharedHandle>,
-    pub(super) offer: WindowOffer,
 }
 
 /// Our request for `ask`.
@@ -55,7 +54,6 @@ pub(super) fn request(shared: &GroupShared, state: &GroupState, ask: Ask<'_>) ->
             .and_then(|h| spanning::store_handle(h, &shared.locality)),
         socket: state.endpoint.path().to_path_buf(),
         token: state.endpoint.token().to_hex(),
-        cache: ask.offer,
     }
 }
 
@@ -147,7 +145,6 @@ mod tests {
             size,
             pads: &pads,
             handle: None,
-            offer: WindowOffer::default(),
         };
         let encoded = request(shared, &state, ask).encode();
         let key = shared.namespace.request(0, shared.rank);

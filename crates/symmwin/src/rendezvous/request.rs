@@ -11,7 +11,9 @@ use crate::provider::{HandleType, ProviderKind};
 
 use super::locality::Locality;
 
-/// One rank's request, stored as JSON under [`crate::store::Namespace::request`].
+/// One rank's request, stored as JSON under [`crate::store::Namespace::request`] (or,
+/// once a group's ranks know each other's sockets, carried in its first datagram to
+/// each peer).
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct Request {
     /// Protocol version ([`crate::protocol::PROTOCOL_VERSION`]).
@@ -58,18 +60,6 @@ pub struct Request {
     pub socket: PathBuf,
     /// Token it requires in messages (hex).
     pub token: String,
-    /// What this rank can reuse and has freed (see the `window_cache` module).
-    #[serde(default)]
-    pub cache: WindowOffer,
-}
-
-/// A rank's word on freed windows of its group, carried by each request.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WindowOffer {
-    /// The window (by rendezvous number) this rank's allocation can take over whole.
-    pub reuse: Option<u64>,
-    /// Windows (by rendezvous number) this rank has freed, oldest first.
-    pub freed: Vec<u64>,
 }
 
 impl std::fmt::Debug for Request {
@@ -100,7 +90,6 @@ impl std::fmt::Debug for Request {
             )
             .field("socket", &self.socket)
             .field("token", &"<redacted>")
-            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -243,7 +232,6 @@ mod tests {
             fabric_handle: None,
             socket: "/tmp/x".into(),
             token: "00".repeat(16),
-            cache: Default::default(),
         }
     }
 

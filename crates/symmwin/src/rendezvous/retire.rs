@@ -19,14 +19,14 @@ pub(super) struct KeysDone {
     pub(super) own: bool,
 }
 
-/// Delete the request keys `done` says no peer needs any more: `own_key` and those
-/// in `stale` (our keys kept for peers that may still read them); what must stay
-/// is left in `stale` for a later rendezvous. A store error is logged, not returned:
-/// the rendezvous itself is over.
+/// Delete the request keys `done` says no peer needs any more: `own_key` (none when
+/// the request went over the sockets) and those in `stale` (our keys kept for peers
+/// that may still read them); what must stay is left in `stale` for a later
+/// rendezvous. A store error is logged, not returned: the rendezvous itself is over.
 pub(super) fn retire_keys(
     shared: &GroupShared,
     stale: &mut Vec<String>,
-    own_key: String,
+    own_key: Option<String>,
     done: KeysDone,
 ) {
     let mut doomed: Vec<String> = if done.earlier {
@@ -34,10 +34,10 @@ pub(super) fn retire_keys(
     } else {
         Vec::new()
     };
-    if done.own {
-        doomed.push(own_key);
-    } else {
-        stale.push(own_key);
+    match (own_key, done.own) {
+        (Some(key), true) => doomed.push(key),
+        (Some(key), false) => stale.push(key),
+        (None, _) => {}
     }
     if doomed.is_empty() {
         return;
@@ -82,7 +82,7 @@ mod tests {
             earlier: false,
             own: false,
         };
-        retire_keys(&group.shared, &mut stale, "b".into(), none);
+        retire_keys(&group.shared, &mut stale, Some("b".into()), none);
         assert_eq!(stale, ["a", "b"]);
         assert!(present("a") && present("b"));
 
@@ -92,7 +92,7 @@ mod tests {
             earlier: true,
             own: false,
         };
-        retire_keys(&group.shared, &mut stale, "c".into(), earlier);
+        retire_keys(&group.shared, &mut stale, Some("c".into()), earlier);
         assert_eq!(stale, ["c"]);
         assert!(!present("a") && !present("b") && present("c"));
 
@@ -101,7 +101,7 @@ mod tests {
             earlier: true,
             own: true,
         };
-        retire_keys(&group.shared, &mut stale, "d".into(), all);
+        retire_keys(&group.shared, &mut stale, Some("d".into()), all);
         assert!(stale.is_empty());
         assert!(!present("c") && !present("d"));
     }

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::request::{Request, WindowOffer};
 use crate::allocation::Allocation;
 use crate::error::Result;
+use crate::exchange::Offer;
 use crate::group::GroupShared;
 use crate::provider::{Memory, SharedHandle};
 use crate::window_cache::{self, WindowSpan};
@@ -50,6 +50,15 @@ impl Own<'_> {
         }
     }
 
+    /// Whether our handle can be had without waiting (a pad pool's is exported on
+    /// the spot; an allocation's may still be under way on the worker thread).
+    pub(crate) fn handle_ready(&self) -> bool {
+        match self {
+            Own::Alloc(alloc) => alloc.handle_ready(),
+            Own::Pool(_) => true,
+        }
+    }
+
     pub(crate) fn export(&self) -> Result<SharedHandle> {
         match self {
             Own::Alloc(alloc) => alloc.export(),
@@ -57,39 +66,39 @@ impl Own<'_> {
         }
     }
 
-    /// What our request says about the window cache of `group`.
-    pub(crate) fn offer(&self, group: &Arc<GroupShared>) -> WindowOffer {
+    /// What our first message to each peer says about the window cache of `group`
+    /// (it travels over the exchange socket, never through the store).
+    pub(crate) fn offer(&self, group: &Arc<GroupShared>) -> Offer {
         match self {
-            Own::Alloc(alloc) => WindowOffer {
-                reuse: alloc.reuse_offer(group),
-                freed: window_cache::parked_in(group),
-            },
-            Own::Pool(_) => WindowOffer::default(),
+            Own::Alloc(alloc) => {
+                Offer::new(alloc.reuse_offer(group), &window_cache::parked_in(group))
+            }
+            Own::Pool(_) => Offer::default(),
         }
     }
 
-    /// The released window our allocation took, if every rank offers that same one;
-    /// otherwise the old window is dropped (our memory is mapped anew).
-    pub(crate) fn take_over(&self, requests: &[Request]) -> Option<WindowSpan> {
+    /// The released window our allocation took, if every rank (`offers`, ours
+    /// included) offers that same one; otherwise the old window is dropped (our memory
+    /// is mapped anew).
+    pub(crate) fn take_over(&self, offers: &[Offer]) -> Option<WindowSpan> {
         let Own::Alloc(alloc) = self else {
             return None;
         };
         let window = alloc.take_reuse()?;
-        let agreed = requests.iter().all(|r| r.cache.reuse == Some(window.seq));
+        let agreed = offers.iter().all(|o| o.reuse == Some(window.seq));
         agreed.then_some(window)
     }
 }
 
-/// Windows that every rank's request lists as freed.
-pub(crate) fn freed_everywhere(requests: &[Request]) -> Vec<u64> {
-    let Some((first, rest)) = requests.split_first() else {
+/// Windows that every rank's offer (ours included) lists as freed.
+pub(crate) fn freed_everywhere(offers: &[Offer]) -> Vec<u64> {
+    let Some((first, rest)) = offers.split_first() else {
         return Vec::new();
     };
     first
-        .cache
-        .freed
+        .freed()
         .iter()
         .copied()
-        .filter(|seq| rest.iter().all(|r| r.cache.freed.contains(seq)))
+        .filter(|seq| rest.iter().all(|o| o.freed().contains(seq)))
         .collect()
 }

@@ -8,15 +8,14 @@ use super::claim;
 use super::clock::{PhaseClock, Step};
 use super::pads::PadAsk;
 use super::publish::{self, Ask};
-use super::request::{Request, WindowOffer};
+use super::request::Request;
 use super::retire::{self, KeysDone};
-use super::reuse::{self, Own};
+use super::reuse::Own;
 use crate::error::Result;
-use crate::exchange::PeerAddress;
+use crate::exchange::{Offer, PeerAddress};
 use crate::group::{GroupShared, GroupState};
 use crate::layout::FlatLayout;
 use crate::provider::{SharedHandle, Span};
-use crate::window_cache;
 
 /// A rendezvous in progress: what every step reads and the clock each one marks.
 pub(super) struct Rendezvous<'a> {
@@ -32,20 +31,12 @@ pub(super) struct Exchanged {
     pub(super) requests: Vec<Request>,
     /// The rendezvous number that made it.
     pub(super) seq: u64,
-    /// It is a released window taken over whole: no handles went between the ranks.
-    pub(super) reused: bool,
     /// Which ranks' memory is mapped in `span` (the others' slots stay unmapped).
     pub(super) mapped: Vec<bool>,
     /// The window may go to the window cache when freed: every rank maps every
-    /// rank over the socket (a group spanning hosts keeps no windows).
+    /// rank over the socket (a group spanning hosts keeps no windows). Every peer
+    /// then sent us a message, which it does only after reading every request.
     pub(super) cacheable: bool,
-}
-
-impl Exchanged {
-    /// True when a handle came over the socket from every peer.
-    fn every_peer_sent(&self) -> bool {
-        !self.reused && self.cacheable
-    }
 }
 
 /// What the gather of rendezvous `seq` produced: every rank's key, request and
@@ -67,13 +58,23 @@ impl<'a> Rendezvous<'a> {
     }
 
     /// The collective core: publish, gather and validate, make the window (taken
-    /// over, or mapped fresh), retire the keys no peer needs any more.
+    /// over, or mapped fresh), retire the keys no peer needs any more. Once the ranks
+    /// know each other's sockets, the requests travel there instead (`direct`).
     pub(super) fn exchange(
         &mut self,
         own: Own<'_>,
         size: usize,
         pads: &PadAsk,
     ) -> Result<Exchanged> {
+        if let Some(peers) = self.state.direct.clone() {
+            let result = self.exchange_direct(&own, size, pads, peers);
+            let done = KeysDone {
+                earlier: result.is_ok(),
+                own: false,
+            };
+            retire::retire_keys(self.shared, &mut self.state.stale_keys, None, done);
+            return result;
+        }
         let seq = self.state.next_seq;
         self.state.next_seq += 1;
         let offer = own.offer(self.shared);
@@ -86,37 +87,59 @@ impl<'a> Rendezvous<'a> {
             size,
             pads,
             handle: handle.as_ref(),
-            offer,
         };
         let (encoded, deadline) = self.publish(ask, &own_key)?;
         let mut gathered = false;
         let result = publish::gather_requests(self.shared, seq, encoded, deadline).and_then(
             |(keys, requests)| {
                 gathered = true;
-                self.make_window(&own, handle, seq, keys, requests)
+                let ours = (offer, handle);
+                self.make_window(&own, ours, seq, keys, requests)
             },
         );
         let done = KeysDone {
             earlier: gathered,
-            own: result.as_ref().is_ok_and(|e| e.every_peer_sent()),
+            own: result.as_ref().is_ok_and(|e| e.cacheable),
         };
-        retire::retire_keys(self.shared, &mut self.state.stale_keys, own_key, done);
+        retire::retire_keys(self.shared, &mut self.state.stale_keys, Some(own_key), done);
         result.map_err(|e| claim::explain(self.shared, seq, e))
     }
 
-    /// Export before publishing (for an allocation: the handle exported when it was
-    /// made): a rank that cannot export must not make peers wait for a handle that
-    /// will never come longer than the timeout, and a request carries the fabric
-    /// handle for peers of its fabric domain on other hosts. Memory that may take a
-    /// released window over needs no handle unless that fails: only groups whose
-    /// ranks all share one host keep windows, so then no peer reads it from the store.
-    fn export_ahead(&mut self, own: &Own<'_>, offer: &WindowOffer) -> Result<Option<SharedHandle>> {
-        let handle = match offer.reuse {
-            Some(_) => None,
-            None => Some(own.export()?),
+    /// Export before publishing where the request needs the handle: a rank of a
+    /// fabric domain publishes its fabric handle for peers of that domain on other
+    /// hosts, and a pad pool's memory is exported on the spot anyway. An allocation's
+    /// handle, exported on the worker thread since the allocation was made, is
+    /// otherwise collected only once every request is in ([`Rendezvous::collect_handle`]),
+    /// so that its export goes on while we publish and wait for the peers. Memory
+    /// that may take a released window over needs no handle unless that fails: only
+    /// groups whose ranks all share one host keep windows, so then no peer reads it
+    /// from the store.
+    fn export_ahead(&mut self, own: &Own<'_>, offer: &Offer) -> Result<Option<SharedHandle>> {
+        let in_request = self.shared.locality.fabric_domain.is_some();
+        let handle = match (offer.reuse, own) {
+            (Some(_), _) => None,
+            (None, Own::Alloc(_)) if !in_request => None,
+            (None, _) => Some(own.export()?),
         };
         self.clock.lap(Step::Export);
         Ok(handle)
+    }
+
+    /// Our handle for the exchange: the one exported before publishing, or, unless
+    /// our memory may take a released window over, the one exported ahead (waited
+    /// for now, if it is still running).
+    pub(super) fn collect_handle(
+        &mut self,
+        own: &Own<'_>,
+        offer: &Offer,
+        handle: Option<SharedHandle>,
+    ) -> Result<Option<SharedHandle>> {
+        if handle.is_some() || offer.reuse.is_some() {
+            return Ok(handle);
+        }
+        let handle = own.export()?;
+        self.clock.lap(Step::Export);
+        Ok(Some(handle))
     }
 
     /// Publish our request for `ask`: its bytes and the deadline of the gather.
@@ -137,42 +160,24 @@ impl<'a> Rendezvous<'a> {
     }
 
     /// After the gather: the window every rank agreed on, taken over when every rank
-    /// offers the same released one, otherwise mapped fresh.
+    /// offers the same released one, otherwise mapped fresh. `ours` is our offer and
+    /// our handle, if exported already.
     fn make_window(
         &mut self,
         own: &Own<'_>,
-        handle: Option<SharedHandle>,
+        ours: (Offer, Option<SharedHandle>),
         seq: u64,
         keys: Vec<String>,
         requests: Vec<Request>,
     ) -> Result<Exchanged> {
         let peers = publish::peer_addresses(&requests, &keys)?;
         self.clock.lap(Step::Gather);
-        window_cache::release(self.shared, &reuse::freed_everywhere(&requests));
-        // Only windows of one-host groups are parked (`cacheable`), so a window
-        // taken over maps every rank.
-        if let Some(window) = own.take_over(&requests) {
-            self.clock.mark_reused();
-            return Ok(Exchanged {
-                span: window.span,
-                layout: window.layout,
-                mapped: vec![true; requests.len()],
-                requests,
-                seq,
-                reused: true,
-                cacheable: true,
-            });
-        }
-        let handle = match handle {
-            Some(handle) => handle,
-            None => own.export()?,
-        };
         let gathered = Gathered {
             seq,
             keys,
             requests,
             peers,
         };
-        self.map_fresh(own, handle, gathered)
+        self.trade_and_map(own, ours, gathered)
     }
 }

@@ -5,7 +5,8 @@
 //! forever. Each call runs on a worker thread while the caller waits at most until
 //! its deadline; a worker still stuck then is abandoned (it exits when the call
 //! returns, if ever) and later calls get a fresh one. Idle workers are kept for reuse,
-//! so a rendezvous costs a thread hop per store phase, not a thread.
+//! so a rendezvous costs a thread hop per store phase, not a thread. The same workers
+//! run a rendezvous's imports side by side ([`start`]).
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -45,10 +46,50 @@ pub(crate) fn call<T: Send + 'static>(
     what: impl FnOnce() -> String,
     call: impl FnOnce(&dyn Store) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    let (done, result) = mpsc::sync_channel(1);
     let store_for_job = Arc::clone(store);
+    let started = start(move || call(store_for_job.as_ref())).map_err(|e| e.during(phase))?;
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    match started.wait_for(remaining) {
+        Ok(value) => value,
+        // The worker is abandoned: its thread ends once the stuck call returns.
+        Err(RecvTimeoutError::Timeout) => {
+            Err(unreachable(store.as_ref(), phase, what(), remaining))
+        }
+        Err(RecvTimeoutError::Disconnected) => Err(Error::new(
+            phase,
+            ErrorKind::Store(format!("{} panicked in the store", what())),
+        )),
+    }
+}
+
+/// A job running on a pooled worker thread (see [`start`]).
+pub(crate) struct Started<T> {
+    worker: Sender<Job>,
+    result: mpsc::Receiver<T>,
+}
+
+impl<T> Started<T> {
+    /// The job's result once it is done, the worker going back to the pool; an error
+    /// when it does not finish within `limit` (the worker is then abandoned) or panicked.
+    pub(crate) fn wait_for(self, limit: Duration) -> std::result::Result<T, RecvTimeoutError> {
+        let value = self.result.recv_timeout(limit)?;
+        IDLE.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.worker);
+        Ok(value)
+    }
+}
+
+/// Start `job` on an idle worker (a new one if none is idle), for work that must not
+/// block its caller: store calls with a deadline, and a rendezvous's imports, which
+/// run side by side. Workers are kept for reuse, so their number stays the largest
+/// number of jobs that ever ran at once.
+pub(crate) fn start<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<Started<T>> {
+    let (done, result) = mpsc::sync_channel(1);
     let mut job: Job = Box::new(move || {
-        let _ = done.send(call(store_for_job.as_ref()));
+        let _ = done.send(job());
     });
     let worker = loop {
         let worker = match idle_worker() {
@@ -61,21 +102,7 @@ pub(crate) fn call<T: Send + 'static>(
             Err(mpsc::SendError(back)) => job = back,
         }
     };
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    match result.recv_timeout(remaining) {
-        Ok(value) => {
-            IDLE.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
-            value
-        }
-        // Dropping `worker` abandons it: its thread ends once the stuck call returns.
-        Err(RecvTimeoutError::Timeout) => {
-            Err(unreachable(store.as_ref(), phase, what(), remaining))
-        }
-        Err(RecvTimeoutError::Disconnected) => Err(Error::new(
-            phase,
-            ErrorKind::Store(format!("{} panicked in the store", what())),
-        )),
-    }
+    Ok(Started { worker, result })
 }
 
 fn unreachable(store: &dyn Store, phase: Phase, what: String, waited: Duration) -> Error {

@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 
+mod counted;
 pub(crate) mod deadline;
 mod file;
 mod memory;
 
+pub(crate) use counted::Counted;
 pub use file::FileStore;
 pub use memory::MemoryStore;
 

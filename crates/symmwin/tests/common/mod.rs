@@ -393,6 +393,7 @@ pub fn fd_message(
         world,
         token: Token::from_hex(token_hex).expect("a published token").0,
         physical_size: 4096,
+        offer: Default::default(),
         payload: symmwin::testing::Payload::Fd,
     }
 }
