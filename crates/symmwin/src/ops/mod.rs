@@ -20,11 +20,13 @@ mod elem;
 mod engine;
 pub mod host;
 pub mod plan;
+mod request;
 
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
+pub use request::OpRequest;
 
 use crate::error::{Error, Result};
 use crate::provider::PadLayout;

@@ -9,15 +9,8 @@ use super::params::{
 };
 use super::CudaOps;
 use crate::error::{Error, Result};
+use crate::ops::plan::Shape;
 use crate::ops::{ElemType, OpContext, SymmBuf, Tile, VarArgs};
-
-/// Which member of the all_to_all_vdev family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum VarShape {
-    Flat,
-    Dispatch { major_align: usize },
-    Combine,
-}
 
 impl CudaOps {
     pub(super) fn equal_all_to_all(
@@ -73,15 +66,15 @@ impl CudaOps {
         self.handshake(ctx, base, everyone, 0, ch + 1)
     }
 
-    pub(super) fn vdev(&self, ctx: &OpContext, args: &VarArgs, shape: VarShape) -> Result<()> {
+    pub(super) fn vdev(&self, ctx: &OpContext, args: &VarArgs, shape: Shape) -> Result<()> {
         let world = ctx.world;
         let experts = args.experts_per_rank;
         let (op, mode, align, in_table) = match shape {
-            VarShape::Flat => (OpId::AllToAllVdev, A2AV_1D, 0, world),
-            VarShape::Dispatch { major_align } => {
+            Shape::Flat => (OpId::AllToAllVdev, A2AV_1D, 0, world),
+            Shape::Dispatch { major_align } => {
                 (OpId::AllToAllVdev2d, A2AV_2D, major_align, world * experts)
             }
-            VarShape::Combine => (
+            Shape::Combine => (
                 OpId::AllToAllVdev2dOffset,
                 A2AV_2D_OFFSET,
                 0,
@@ -271,12 +264,7 @@ fn dtype_code(elem: ElemType) -> u32 {
 
 /// What the kernels assume about the all_to_all_vdev operands, checked on the host:
 /// shared-memory limits, a non-empty row, tables that every peer can read in full.
-fn check_var_geometry(
-    args: &VarArgs,
-    world: usize,
-    shape: VarShape,
-    in_table: usize,
-) -> Result<()> {
+fn check_var_geometry(args: &VarArgs, world: usize, shape: Shape, in_table: usize) -> Result<()> {
     let experts = args.experts_per_rank;
     if experts == 0 || experts > MAX_EXPERTS || world * experts > MAX_SPLITS {
         return Err(Error::invalid(format!(
@@ -284,10 +272,10 @@ fn check_var_geometry(
              1..={MAX_EXPERTS} experts per rank and at most {MAX_SPLITS} splits in all"
         )));
     }
-    if shape == VarShape::Flat && experts != 1 {
+    if shape == Shape::Flat && experts != 1 {
         return Err(Error::invalid("all_to_all_vdev has one split per rank"));
     }
-    if let VarShape::Dispatch { major_align: 0 } = shape {
+    if let Shape::Dispatch { major_align: 0 } = shape {
         return Err(Error::invalid("major_align must be positive"));
     }
     let rows = &args.rows;
