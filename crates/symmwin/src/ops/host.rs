@@ -9,11 +9,11 @@
 //! it reports the error after the exit barrier.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::host::{wait_until, HostSignals};
-use crate::provider::Signals;
+use crate::error::{Error, Result};
+use crate::provider::host::{timed_out, wait_until, HostSignals};
+use crate::provider::{PadSignal, Signals};
 
 use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
@@ -31,8 +31,13 @@ const I64: usize = std::mem::size_of::<i64>();
 
 impl HostOps {
     fn barrier(&self, ctx: &OpContext) -> Result<()> {
-        self.signals
-            .barrier(&ctx.pads, ctx.channel, ctx.timeout, ctx.stream)
+        self.signals.signal(
+            &ctx.pads,
+            PadSignal::Barrier,
+            ctx.channel,
+            ctx.timeout,
+            ctx.stream,
+        )
     }
 
     /// Entry barrier, `body`, exit barrier; the body's error is reported after the
@@ -153,17 +158,6 @@ fn run_plan(shape: Shape, ctx: &OpContext, args: &VarArgs) -> Result<()> {
     )
 }
 
-fn timed_out(peer: usize, waited: Duration) -> Error {
-    Error::new(
-        Phase::Signal,
-        ErrorKind::Timeout {
-            missing: vec![peer],
-            waited,
-        },
-    )
-    .with_peer(peer)
-}
-
 /// The 64-bit signal word of `rank`'s `sig` (often in a signal pad), borrowed no
 /// longer than `sig`, that is, one op.
 fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&AtomicU64> {
@@ -222,7 +216,7 @@ impl DeviceOps for HostOps {
                 let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
                 unsafe { copy(to, src, len) };
                 self.signals
-                    .put(&ctx.pads, peer, 0, ctx.timeout, ctx.stream)
+                    .signal(&ctx.pads, PadSignal::Put(peer), 0, ctx.timeout, ctx.stream)
             }
             OpRequest::TileReduce {
                 ins,

@@ -161,32 +161,26 @@ pub trait Signals: Send + Sync {
     fn synchronize(&self, _stream: StreamHandle) -> Result<()> {
         self.check_errors()
     }
-    /// Signal every peer on `channel`, then wait for every peer's signal.
-    fn barrier(
+    /// Run one signal operation on `channel` of `pads`, ordered on `stream`.
+    fn signal(
         &self,
         pads: &PadLayout,
+        op: PadSignal,
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()>;
-    /// Signal `dst` on `channel`.
-    fn put(
-        &self,
-        pads: &PadLayout,
-        dst: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
-    /// Wait for `src`'s signal on `channel`.
-    fn wait(
-        &self,
-        pads: &PadLayout,
-        src: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
+}
+
+/// One operation of [`Signals::signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PadSignal {
+    /// Signal every peer, then wait for every peer's signal.
+    Barrier,
+    /// Signal this rank.
+    Put(usize),
+    /// Wait for this rank's signal.
+    Wait(usize),
 }
 
 /// A source of shareable physical memory.

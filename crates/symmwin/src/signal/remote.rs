@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, Signals, StreamHandle};
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,11 +233,12 @@ impl SignalScope<'_> {
     ) -> Result<()> {
         let me = self.pads.rank();
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals.put(self.pads, peer, channel, left(), stream)?;
+            self.signals
+                .signal(self.pads, PadSignal::Put(peer), channel, left(), stream)?;
         }
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
             self.signals
-                .wait(self.pads, peer, channel, left(), stream)?;
+                .signal(self.pads, PadSignal::Wait(peer), channel, left(), stream)?;
         }
         Ok(())
     }

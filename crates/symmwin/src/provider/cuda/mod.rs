@@ -508,7 +508,7 @@ impl Drop for PrivateStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::PadLayout;
+    use crate::provider::{PadLayout, PadSignal};
 
     fn libcuda_present() -> bool {
         // SAFETY: only dlopens and closes libcuda.
@@ -672,13 +672,19 @@ mod tests {
         let signals = provider.signals();
         let second = Duration::from_secs(1);
         if !kernels_built() {
-            let err = signals.put(&pads(0), 1, 0, second, 0).unwrap_err();
+            let err = signals
+                .signal(&pads(0), PadSignal::Put(1), 0, second, 0)
+                .unwrap_err();
             assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
             return;
         }
         // Put then wait, in order on the legacy stream.
-        signals.put(&pads(0), 1, 3, second, 0).unwrap();
-        signals.wait(&pads(1), 0, 3, second, 0).unwrap();
+        signals
+            .signal(&pads(0), PadSignal::Put(1), 3, second, 0)
+            .unwrap();
+        signals
+            .signal(&pads(1), PadSignal::Wait(0), 3, second, 0)
+            .unwrap();
         sync(&provider);
         provider.check_errors().unwrap();
         assert!(read(span.as_ref(), 0, 2 * g, &provider)
@@ -692,10 +698,22 @@ mod tests {
         let start = std::time::Instant::now();
         for channel in 0..rounds {
             signals
-                .barrier(&pads(0), channel % 8, second, a.raw as usize)
+                .signal(
+                    &pads(0),
+                    PadSignal::Barrier,
+                    channel % 8,
+                    second,
+                    a.raw as usize,
+                )
                 .unwrap();
             signals
-                .barrier(&pads(1), channel % 8, second, b.raw as usize)
+                .signal(
+                    &pads(1),
+                    PadSignal::Barrier,
+                    channel % 8,
+                    second,
+                    b.raw as usize,
+                )
                 .unwrap();
         }
         let per_launch = start.elapsed() / (2 * rounds as u32);
@@ -710,10 +728,16 @@ mod tests {
         // child process so the other tests keep theirs.
 
         // Bad arguments never reach the device.
-        assert!(signals.put(&pads(0), 2, 0, second, 0).is_err());
-        assert!(signals.barrier(&pads(0), g, second, 0).is_err());
+        assert!(signals
+            .signal(&pads(0), PadSignal::Put(2), 0, second, 0)
+            .is_err());
+        assert!(signals
+            .signal(&pads(0), PadSignal::Barrier, g, second, 0)
+            .is_err());
         // World 1 needs no peers.
         let alone = PadLayout::from_parts(span.base(), g, g, 0, 1).unwrap();
-        signals.barrier(&alone, 0, second, 0).unwrap();
+        signals
+            .signal(&alone, PadSignal::Barrier, 0, second, 0)
+            .unwrap();
     }
 }

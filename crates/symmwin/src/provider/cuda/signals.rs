@@ -19,7 +19,7 @@ use super::driver::{self, DriverError, PhaseExt};
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
 const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
@@ -202,47 +202,28 @@ impl Signals for CudaSignals {
         synced
     }
 
-    fn barrier(
+    fn signal(
         &self,
         pads: &PadLayout,
+        op: PadSignal,
         channel: usize,
         timeout: Duration,
         stream: StreamHandle,
     ) -> Result<()> {
         let args = PadArgs::check(pads, channel)?;
-        if pads.world() == 1 {
-            return self.check_errors();
-        }
-        let block = args.world.div_ceil(32) * 32;
+        let (op, peer, block) = match op {
+            PadSignal::Barrier if pads.world() == 1 => return self.check_errors(),
+            PadSignal::Barrier => (WaitOp::Barrier, 0, args.world.div_ceil(32) * 32),
+            PadSignal::Put(dst) => (WaitOp::PutSignal, check_peer(pads, dst)?, 1),
+            PadSignal::Wait(src) => (WaitOp::WaitSignal, check_peer(pads, src)?, 1),
+        };
         let launch = Launch {
             args,
-            peer: 0,
+            peer,
             timeout,
             stream,
         };
-        self.launch(WaitOp::Barrier, block, launch)
-    }
-
-    fn put(
-        &self,
-        pads: &PadLayout,
-        dst: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.point_to_point(pads, dst, channel, timeout, stream, WaitOp::PutSignal)
-    }
-
-    fn wait(
-        &self,
-        pads: &PadLayout,
-        src: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.point_to_point(pads, src, channel, timeout, stream, WaitOp::WaitSignal)
+        self.launch(op, block, launch)
     }
 }
 
@@ -259,24 +240,6 @@ impl CudaSignals {
     ) -> Result<WaitReport> {
         let record = &self.kernels()?.record;
         Ok(record.report(op, rank, self.timeout_ns(timeout)))
-    }
-
-    fn point_to_point(
-        &self,
-        pads: &PadLayout,
-        peer: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-        op: WaitOp,
-    ) -> Result<()> {
-        let launch = Launch {
-            args: PadArgs::check(pads, channel)?,
-            peer: check_peer(pads, peer)?,
-            timeout,
-            stream,
-        };
-        self.launch(op, 1, launch)
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::provider::PadLayout;
+use crate::provider::{PadLayout, PadSignal};
 
 /// Environment variable that turns `timeout_child` on and names its case.
 const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
@@ -81,10 +81,18 @@ fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
     let start = Instant::now();
     for round in 0..rounds {
         let channel = round % 8;
-        signals.barrier(&ranks.pads(0), channel, limit, sa).unwrap();
-        signals.barrier(&ranks.pads(1), channel, limit, sb).unwrap();
-        signals.put(&ranks.pads(0), 1, channel, limit, sa).unwrap();
-        signals.wait(&ranks.pads(1), 0, channel, limit, sb).unwrap();
+        signals
+            .signal(&ranks.pads(0), PadSignal::Barrier, channel, limit, sa)
+            .unwrap();
+        signals
+            .signal(&ranks.pads(1), PadSignal::Barrier, channel, limit, sb)
+            .unwrap();
+        signals
+            .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, sa)
+            .unwrap();
+        signals
+            .signal(&ranks.pads(1), PadSignal::Wait(0), channel, limit, sb)
+            .unwrap();
     }
     signals.synchronize(sa).unwrap();
     signals.synchronize(sb).unwrap();
@@ -149,17 +157,25 @@ fn timeout_child() {
     // Only one side of each exchange runs, so the wait never completes.
     let (rank, peer) = match case.as_str() {
         "barrier" => {
-            signals.barrier(&ranks.pads(0), channel, limit, 0).unwrap();
+            signals
+                .signal(&ranks.pads(0), PadSignal::Barrier, channel, limit, 0)
+                .unwrap();
             (0, 1)
         }
         "wait_signal" => {
-            signals.wait(&ranks.pads(1), 0, channel, limit, 0).unwrap();
+            signals
+                .signal(&ranks.pads(1), PadSignal::Wait(0), channel, limit, 0)
+                .unwrap();
             (1, 0)
         }
         "put_signal" => {
             // The first signal fills the slot; the second waits for it to clear.
-            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
-            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
+            signals
+                .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, 0)
+                .unwrap();
+            signals
+                .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, 0)
+                .unwrap();
             (0, 1)
         }
         other => panic!("unknown case {other}"),
@@ -185,7 +201,9 @@ fn timeout_child() {
     // Every later call that reaches the device says the same, before touching the driver.
     for later in [
         ranks.provider.create(ranks.pad).map(drop).unwrap_err(),
-        signals.barrier(&ranks.pads(0), 0, limit, 0).unwrap_err(),
+        signals
+            .signal(&ranks.pads(0), PadSignal::Barrier, 0, limit, 0)
+            .unwrap_err(),
         CudaProvider::new(0, HandlePreference::Auto)
             .map(drop)
             .unwrap_err(),
