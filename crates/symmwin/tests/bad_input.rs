@@ -29,13 +29,8 @@ use symmwin::{
     Window,
 };
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, _rank, _world| match scenario {
-        "table" => table(),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "table" => |_, _| table(),
 }
 
 #[test]

@@ -21,16 +21,10 @@ use symmwin::{
     SignalOptions, Stream, Window,
 };
 
-/// Entry point of the worker processes; does nothing when run directly.
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "var" => var_ops(rank, world),
-        "sized" => host_sized_ops(rank, world),
-        "tiles" => tiles(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "var" => var_ops,
+    "sized" => host_sized_ops,
+    "tiles" => tiles,
 }
 
 fn join_cuda(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {

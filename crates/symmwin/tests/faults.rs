@@ -111,14 +111,9 @@ fn unix_ms() -> u128 {
         .as_millis()
 }
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "fault" => fault(rank, world),
-        "fresh" => fresh(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "fault" => fault,
+    "fresh" => fresh,
 }
 
 /// Does `message` name rank `victim`: as the peer, or in a list of ranks?

@@ -20,7 +20,7 @@ use symmwin::store::Namespace;
 use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
 use symmwin::testing::{Endpoint, Round};
 use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
-use symmwin::token::{stable_id, Token};
+use symmwin::token::stable_id;
 use symmwin::{Allocation, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
 /// The runner every target uses: case count from `PROPTEST_CASES`, a fixed seed
@@ -463,15 +463,7 @@ fn junk_rendezvous(
             ours.socket = endpoint.path().to_path_buf();
             ours.token = endpoint.token().to_hex();
             store.set(&ns.request(0, 1), &ours.encode()).unwrap();
-            let valid = Message {
-                group: stable_id("fuzz"),
-                seq: 0,
-                sender: 1,
-                world: 2,
-                token: Token::from_hex(&theirs.token).unwrap().0,
-                physical_size: 4096,
-                payload: Payload::Fd,
-            };
+            let valid = common::fd_message("fuzz", 0, 1, 2, &theirs.token);
             for (kind, fd_kinds) in junk {
                 let fds: Vec<OwnedFd> = fd_kinds
                     .iter()

@@ -22,16 +22,11 @@ use symmwin::{
     Store,
 };
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "planted" => planted(rank, world),
-        "intruder" => intruder(),
-        "fd_limit" => fd_limit(rank, world),
-        "map_limit" => map_limit(),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "planted" => planted,
+    "intruder" => |_, _| intruder(),
+    "fd_limit" => fd_limit,
+    "map_limit" => |_, _| map_limit(),
 }
 
 /// A config with `timeout` and a fresh private socket directory under `dir`.

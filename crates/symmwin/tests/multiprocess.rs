@@ -10,27 +10,21 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
+use symmwin::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
-/// Entry point of the worker processes; does nothing when run directly.
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "visible" => visible(rank, world),
-        "cycles" => cycles(rank, world),
-        "mismatch" => mismatch(rank, world),
-        "die_before_publish" => die_or_wait(rank, world, false),
-        "die_after_publish" => die_or_wait(rank, world, true),
-        "signals" => signals(rank, world),
-        "intruded" => intruded(rank, world),
-        "intruder" => intruder(),
-        "other_uid" => other_uid(),
-        "late_write" => late_write(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "visible" => visible,
+    "cycles" => cycles,
+    "mismatch" => mismatch,
+    "die_before_publish" => |rank, world| die_or_wait(rank, world, false),
+    "die_after_publish" => |rank, world| die_or_wait(rank, world, true),
+    "signals" => signals,
+    "intruded" => intruded,
+    "intruder" => |_, _| intruder(),
+    "other_uid" => |_, _| other_uid(),
+    "late_write" => late_write,
 }
 
 /// Every rank writes `rank+1` bytes into its chunk of every peer's slot.
@@ -318,15 +312,7 @@ fn forge_to_all(dir: &Path) -> usize {
     let mut sent = 0;
     let memory = HostProvider::new().create(4096).unwrap();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let msg = Message {
-            group: symmwin::token::stable_id("test"),
-            seq: 0,
-            sender: 1,
-            world: 2,
-            token: [7; 16],
-            physical_size: 4096,
-            payload: Payload::Fd,
-        };
+        let msg = common::fd_message("test", 0, 1, 2, &"07".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()

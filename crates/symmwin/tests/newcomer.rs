@@ -12,20 +12,18 @@ use symmwin::{
     Allocation, Config, FileStore, GroupSpec, HostProvider, MemoryStore, Provider, Store,
 };
 
-#[test]
-#[ignore = "worker process of the tests below"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "rendezvous" => {
-            let (group, provider) = common::join(rank, world);
-            let alloc = Allocation::new(provider, 4096).unwrap();
-            match group.rendezvous(&alloc) {
-                Ok(_) => "ok".into(),
-                Err(e) => format!("error {e}"),
-            }
-        }
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "rendezvous" => rendezvous,
+}
+
+/// One rendezvous of a fresh group, as a newcomer's first program does.
+fn rendezvous(rank: usize, world: usize) -> String {
+    let (group, provider) = common::join(rank, world);
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    match group.rendezvous(&alloc) {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("error {e}"),
+    }
 }
 
 /// `message` with its numbers and store path made generic, as quoted on the page.

@@ -9,14 +9,9 @@ use symmwin::ops::plan::Shape;
 use symmwin::ops::{OpOptions, Rows};
 use symmwin::{Allocation, Window};
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "vdev" => vdev(rank, world),
-        "overflow" => overflow(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "vdev" => vdev,
+    "overflow" => overflow,
 }
 
 const ROW: usize = 12; // bytes per row: 3 x u32

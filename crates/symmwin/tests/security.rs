@@ -13,18 +13,12 @@ use std::time::Duration;
 
 use common::{assert_all_success, field, result, Job};
 use symmwin::testing::Request;
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
-use symmwin::token::stable_id;
+use symmwin::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, Config, FileStore, GroupSpec, HostProvider, Provider, Store};
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "logged" => logged(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "logged" => logged,
 }
 
 /// The file store, remembering every request it stored or handed out.
@@ -129,15 +123,7 @@ fn logged(rank: usize, world: usize) -> String {
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];
         common::send_raw(&theirs.socket, b"garbage", &[]);
-        let mut stale = Message {
-            group: stable_id("logged"),
-            seq: 0,
-            sender: 1,
-            world: 2,
-            token: [0; 16],
-            physical_size: 4096,
-            payload: Payload::Fd,
-        };
+        let mut stale = common::fd_message("logged", 0, 1, 2, &"00".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
         stale.token = token.0;

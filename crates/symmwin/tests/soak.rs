@@ -34,13 +34,8 @@ fn cycles() -> usize {
         .unwrap_or(CI_CYCLES)
 }
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "soak" => soak(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "soak" => soak,
 }
 
 /// The size of cycle `cycle`'s window: the same on every rank, log-uniform in

@@ -23,16 +23,36 @@ pub const SCENARIO: &str = "SYMMWIN_TEST_SCENARIO";
 /// How long a job may run unless a test says otherwise.
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
 
-/// Body of each binary's `worker` test: run the scenario and print its result.
-pub fn worker_main(dispatch: impl FnOnce(&str, usize, usize) -> String) {
+/// One scenario a worker process can run: `(rank, world)` to its result line.
+pub type Scenario = fn(usize, usize) -> String;
+
+/// Body of each binary's `worker` test: run the scenario named in the environment
+/// (one of `scenarios`) and print its result.
+pub fn worker_main(scenarios: &[(&str, Scenario)]) {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return; // run directly (e.g. `--ignored`): nothing to do
     };
-    let rank = env_usize("RANK");
-    let world = env_usize("WORLD");
-    let outcome = dispatch(&scenario, rank, world);
+    let Some(&(_, run)) = scenarios.iter().find(|(name, _)| *name == scenario) else {
+        panic!("unknown scenario {scenario}");
+    };
+    let outcome = run(env_usize("RANK"), env_usize("WORLD"));
     println!("RESULT {outcome}");
 }
+
+/// The `worker` test of a test binary, the entry point of the worker processes its
+/// other tests start: `common::worker! { "name" => scenario_fn, ... }`.
+#[allow(unused_macros)] // binaries without worker processes
+macro_rules! worker {
+    ($($name:literal => $run:expr),+ $(,)?) => {
+        #[test]
+        #[ignore = "worker process entry point, started by the other tests"]
+        fn worker() {
+            common::worker_main(&[$(($name, $run)),+]);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use worker;
 
 /// A job's private directory (store, sockets, worker output), removed on drop.
 pub struct Job {
