@@ -328,14 +328,11 @@ impl Memory for CudaMemory {
 
 impl Drop for CudaMemory {
     fn drop(&mut self) {
-        let released = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the handle is ours and not used again; mappings keep the physical
-            // memory alive on their own.
-            unsafe { driver::mem_release(self.handle) }
-        });
-        if let Err(e) = released {
-            tracing::error!("cuMemRelease failed: {}", e.name());
-        }
+        // SAFETY: the handle is ours and not used again; mappings keep the physical
+        // memory alive on their own.
+        let release = || unsafe { driver::mem_release(self.handle) };
+        self.ctx
+            .release_in_drop(tracing::Level::ERROR, "cuMemRelease", release);
     }
 }
 
@@ -451,13 +448,10 @@ impl Table for CudaTable {
 
 impl Drop for CudaTable {
     fn drop(&mut self) {
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the allocation is ours and its users are gone with the table.
-            unsafe { driver::mem_free(self.ptr) }
-        });
-        if let Err(e) = freed {
-            tracing::error!("cuMemFree failed: {}", e.name());
-        }
+        // SAFETY: the allocation is ours and its users are gone with the table.
+        let free = || unsafe { driver::mem_free(self.ptr) };
+        self.ctx
+            .release_in_drop(tracing::Level::ERROR, "cuMemFree", free);
     }
 }
 
@@ -495,13 +489,10 @@ impl PrivateStream {
 
 impl Drop for PrivateStream {
     fn drop(&mut self) {
-        let destroyed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the stream is ours and no span or provider uses it any more.
-            unsafe { driver::stream_destroy(self.raw) }
-        });
-        if let Err(e) = destroyed {
-            tracing::debug!("cuStreamDestroy failed: {}", e.name());
-        }
+        // SAFETY: the stream is ours and no span or provider uses it any more.
+        let destroy = || unsafe { driver::stream_destroy(self.raw) };
+        self.ctx
+            .release_in_drop(tracing::Level::DEBUG, "cuStreamDestroy", destroy);
     }
 }
 

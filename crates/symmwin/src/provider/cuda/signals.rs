@@ -355,17 +355,10 @@ impl Kernels {
 impl Drop for Kernels {
     fn drop(&mut self) {
         // A kernel still spinning would write into the freed record or run from an
-        // unloaded module; wait for the device first (bounded by the kernels' timeout).
-        let synced = self.module.ctx.enter().and_then(|_guard| {
-            // SAFETY: our context is current for the duration of the call.
-            unsafe { driver::ctx_synchronize() }
-        });
-        if let Err(e) = synced {
-            tracing::debug!(
-                "synchronising before unloading signal kernels: {}",
-                e.name()
-            );
-        }
+        // unloaded module.
+        self.module
+            .ctx
+            .synchronize_in_drop("synchronising before unloading signal kernels");
     }
 }
 
@@ -403,13 +396,11 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        let unloaded = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the module is ours and its owner's Drop waited for its kernels.
-            unsafe { driver::module_unload(self.raw) }
-        });
-        if let Err(e) = unloaded {
-            tracing::debug!("unloading a kernel module failed: {}", e.name());
-        }
+        // SAFETY: the module is ours and its owner's Drop waited for its kernels.
+        let unload = || unsafe { driver::module_unload(self.raw) };
+        let what = "unloading a kernel module";
+        self.ctx
+            .release_in_drop(tracing::Level::DEBUG, what, unload);
     }
 }
 

@@ -210,14 +210,11 @@ impl Drop for HostRecord {
         if self.check().is_err() {
             tracing::debug!("freeing a signal timeout record after a device timeout");
         }
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the memory is ours; Kernels::drop waited for every kernel that
-            // could write to it.
-            unsafe { driver::mem_free_host(self.host) }
-        });
-        if let Err(e) = freed {
-            tracing::debug!("freeing the signal timeout record failed: {}", e.name());
-        }
+        // SAFETY: the memory is ours; Kernels::drop waited for every kernel that
+        // could write to it.
+        let free = || unsafe { driver::mem_free_host(self.host) };
+        let what = "freeing the signal timeout record";
+        self.ctx.release_in_drop(tracing::Level::DEBUG, what, free);
     }
 }
 

@@ -100,17 +100,10 @@ impl OpsKernels {
 impl Drop for OpsKernels {
     fn drop(&mut self) {
         // A kernel still waiting would write into the freed record or run from an
-        // unloaded module; wait for the device first (bounded by the kernels' timeout).
-        let synced = self.module.ctx.enter().and_then(|_guard| {
-            // SAFETY: our context is current for the duration of the call.
-            unsafe { driver::ctx_synchronize() }
-        });
-        if let Err(e) = synced {
-            tracing::debug!(
-                "synchronising before unloading the ops kernels: {}",
-                e.name()
-            );
-        }
+        // unloaded module.
+        self.module
+            .ctx
+            .synchronize_in_drop("synchronising before unloading the ops kernels");
     }
 }
 
@@ -213,14 +206,11 @@ unsafe impl Sync for FailureRecord {}
 
 impl Drop for FailureRecord {
     fn drop(&mut self) {
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the memory is ours; OpsKernels::drop waited for every kernel that
-            // could write to it.
-            unsafe { driver::mem_free_host(self.host) }
-        });
-        if let Err(e) = freed {
-            tracing::debug!("freeing the ops failure record failed: {}", e.name());
-        }
+        // SAFETY: the memory is ours; OpsKernels::drop waited for every kernel that
+        // could write to it.
+        let free = || unsafe { driver::mem_free_host(self.host) };
+        let what = "freeing the ops failure record";
+        self.ctx.release_in_drop(tracing::Level::DEBUG, what, free);
     }
 }
 
