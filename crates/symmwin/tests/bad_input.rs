@@ -39,12 +39,7 @@ fn every_bad_input_fails_clearly_leaks_nothing_and_spares_live_windows() {
     let outs = job.run(
         1,
         "table",
-        &[
-            ("SYMMWIN_TIMEOUT_MS", "1500".into()),
-            // One malloc arena: the threads that play peers must not make glibc map
-            // new arenas, which would look like leaks in the mapping count.
-            ("MALLOC_ARENA_MAX", "1".into()),
-        ],
+        &[common::timeout_ms(1500), common::one_malloc_arena()],
     );
     common::assert_all_success(&outs);
     eprintln!("{}", String::from_utf8_lossy(&outs[0].stderr));

@@ -436,11 +436,7 @@ fn mismatched_sizes_fail_on_every_rank_naming_the_field() {
 #[test]
 fn a_rank_that_dies_before_publishing_is_named_within_the_timeout() {
     let job = Job::new("die1");
-    let outs = job.run(
-        3,
-        "die_before_publish",
-        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
-    );
+    let outs = job.run(3, "die_before_publish", &[common::timeout_ms(1500)]);
     for out in &outs[..2] {
         let r = result(out);
         let secs: f64 = r.split('s').next().unwrap().parse().unwrap();
@@ -453,11 +449,7 @@ fn a_rank_that_dies_before_publishing_is_named_within_the_timeout() {
 #[test]
 fn a_rank_that_dies_after_publishing_is_named_as_lost() {
     let job = Job::new("die2");
-    let outs = job.run(
-        3,
-        "die_after_publish",
-        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
-    );
+    let outs = job.run(3, "die_after_publish", &[common::timeout_ms(1500)]);
     for out in &outs[..2] {
         let r = result(out);
         assert!(r.contains("peer 2") || r.contains("rank(s) [2]"), "{r}");

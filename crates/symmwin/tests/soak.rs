@@ -226,11 +226,7 @@ fn soak_world_8_alloc_rendezvous_free_leaks_nothing_and_never_hangs() {
     // Generous for a loaded 2-core machine, yet finite: a hang fails the test.
     let limit = Duration::from_secs(60) + Duration::from_millis(100) * cycles as u32;
     let outs = job
-        .spawn(
-            WORLD,
-            "soak",
-            &[("SYMMWIN_TIMEOUT_MS", TIMEOUT_MS.to_string())],
-        )
+        .spawn(WORLD, "soak", &[common::timeout_ms(TIMEOUT_MS)])
         .wait(limit);
     let wall = start.elapsed();
     common::assert_all_success(&outs);

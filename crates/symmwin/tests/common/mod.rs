@@ -7,6 +7,8 @@
 //! a rank still running at the deadline is killed and the test fails.
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod hooked_store;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;
@@ -53,6 +55,17 @@ macro_rules! worker {
 }
 #[allow(unused_imports)]
 pub(crate) use worker;
+
+/// The environment entry setting the timeout of a job's ranks.
+pub fn timeout_ms(ms: u64) -> (&'static str, String) {
+    ("SYMMWIN_TIMEOUT_MS", ms.to_string())
+}
+
+/// The environment entry keeping a worker on one malloc arena: threads that play peers
+/// must not make glibc map new arenas, which would look like leaks in a mapping count.
+pub fn one_malloc_arena() -> (&'static str, String) {
+    ("MALLOC_ARENA_MAX", "1".into())
+}
 
 /// A job's private directory (store, sockets, worker output), removed on drop.
 pub struct Job {
@@ -283,8 +296,24 @@ pub fn env_usize(name: &str) -> usize {
 
 /// Join group `name` on the job's file store with the host provider.
 pub fn join_group(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    join_wrapped(name, rank, world, |files| Arc::new(files))
+}
+
+/// The job's file store, as [`join_group`] uses it.
+pub fn job_store() -> FileStore {
+    FileStore::new(std::env::var("STORE").unwrap()).unwrap()
+}
+
+/// [`join_group`] through the store `wrap` makes of the job's file store (a store that
+/// misbehaves on purpose, on the ranks the test picks).
+pub fn join_wrapped(
+    name: &str,
+    rank: usize,
+    world: usize,
+    wrap: impl FnOnce(FileStore) -> Arc<dyn symmwin::Store>,
+) -> (Group, Arc<dyn Provider>) {
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
+    let store = wrap(job_store());
     let group = self::group(
         GroupSpec::new(name, rank, world),
         store,
