@@ -339,11 +339,7 @@ fn run_everywhere(scenario: &str) {
         let job = Job::new(scenario);
         let ranks = job.spawn(world, scenario, &[]);
         for (rank, out) in ranks.wait(Duration::from_secs(300)).iter().enumerate() {
-            assert!(
-                out.status.success(),
-                "world {world} rank {rank}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::assert_success(out, &format!("world {world} rank {rank}"));
             assert_eq!(result(out), "failures=", "world {world} rank {rank}");
         }
     }

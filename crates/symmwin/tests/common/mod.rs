@@ -423,6 +423,54 @@ pub fn group(
     Group::new(spec, store, provider.clone(), config).unwrap()
 }
 
+/// A fake rank 1 of two-rank group `group` on `store`: waits (up to 5 s) for rank 0's
+/// published request and returns it with its own, rank 0's re-labelled as rank 1 with
+/// `endpoint`'s socket and token.
+pub fn fake_rank1_requests(
+    store: &dyn symmwin::Store,
+    group: &str,
+    endpoint: &symmwin::testing::Endpoint,
+) -> Result<(Request, Request), String> {
+    let key = symmwin::store::Namespace::new(group).request(0, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let bytes = loop {
+        if let Some(b) = store.try_get(&key).map_err(|e| e.to_string())? {
+            break b;
+        }
+        if Instant::now() > deadline {
+            return Err("rank 0 never published".into());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let theirs = Request::decode("k", 0, &bytes).map_err(|e| e.to_string())?;
+    let mut ours = theirs.clone();
+    ours.rank = 1;
+    ours.socket = endpoint.path().to_path_buf();
+    ours.token = endpoint.token().to_hex();
+    Ok((theirs, ours))
+}
+
+/// A fake rank 1's half of a rendezvous of a two-rank group `group` (sequence 0):
+/// send rank 0 `handle` for `physical_size` bytes and take rank 0's, within `timeout`.
+pub fn fake_rank1_all_gather(
+    endpoint: &mut symmwin::testing::Endpoint,
+    (group, physical_size): (&str, u64),
+    (theirs, ours): (&Request, &Request),
+    handle: &symmwin::provider::SharedHandle,
+    timeout: Duration,
+) -> symmwin::Result<()> {
+    let peers = peer_addresses(theirs, ours);
+    let round = symmwin::testing::Round {
+        group: symmwin::token::stable_id(group),
+        seq: 0,
+        rank: 1,
+        peers: &peers,
+        targets: &[0],
+        physical_size,
+    };
+    endpoint.all_gather(&round, handle, timeout).map(drop)
+}
+
 /// A well-formed fd-handle message of 4096 physical bytes from `sender` of a `world`-rank
 /// group named `group`, for rendezvous `seq`, carrying the receiver's published token
 /// (hex, as in its request): what a forger that read the store would send.
