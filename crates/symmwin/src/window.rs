@@ -7,7 +7,9 @@ use crate::allocation::Allocation;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadLayout, PadSignal, ProviderInfo, ProviderKind, Signals, Span, Table};
+use crate::provider::{
+    PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
+};
 use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
@@ -330,7 +332,7 @@ impl Window {
             });
         }
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.signal(pads, PadSignal::Barrier, channel, t, stream)
+            s.signal(pads, PadSignal::Barrier, SignalAt::new(channel, t, stream))
         })
     }
 
@@ -363,7 +365,7 @@ impl Window {
             Direction::Recv => PadSignal::Wait(peer),
         };
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.signal(pads, op, channel, t, stream)
+            s.signal(pads, op, SignalAt::new(channel, t, stream))
         })
     }
 

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::provider::host::{timed_out, wait_until, HostSignals};
-use crate::provider::{PadSignal, Signals};
+use crate::provider::{PadSignal, SignalAt, Signals};
 
 use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
@@ -34,9 +34,7 @@ impl HostOps {
         self.signals.signal(
             &ctx.pads,
             PadSignal::Barrier,
-            ctx.channel,
-            ctx.timeout,
-            ctx.stream,
+            SignalAt::new(ctx.channel, ctx.timeout, ctx.stream),
         )
     }
 
@@ -215,8 +213,11 @@ impl DeviceOps for HostOps {
             } => {
                 let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
                 unsafe { copy(to, src, len) };
-                self.signals
-                    .signal(&ctx.pads, PadSignal::Put(peer), 0, ctx.timeout, ctx.stream)
+                self.signals.signal(
+                    &ctx.pads,
+                    PadSignal::Put(peer),
+                    SignalAt::new(0, ctx.timeout, ctx.stream),
+                )
             }
             OpRequest::TileReduce {
                 ins,

@@ -11,7 +11,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 use super::mapped::MappedRanges;
 use super::{
     downcast, HandleType, Memory, PadLayout, PadSignal, Provider, ProviderInfo, ProviderKind,
-    SharedHandle, Signals, Span, StreamHandle, Table,
+    SharedHandle, SignalAt, Signals, Span, Table,
 };
 use crate::error::{Error, ErrorKind, Phase, Result};
 
@@ -346,14 +346,10 @@ pub(crate) fn timed_out(peer: usize, timeout: Duration) -> Error {
 }
 
 impl Signals for HostSignals {
-    fn signal(
-        &self,
-        pads: &PadLayout,
-        op: PadSignal,
-        channel: usize,
-        timeout: Duration,
-        _stream: StreamHandle,
-    ) -> Result<()> {
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()> {
+        let SignalAt {
+            channel, timeout, ..
+        } = at;
         let deadline = Instant::now() + timeout;
         let flip = |flip: Flip| flip.run(pads, channel, deadline, timeout);
         let peers = || (0..pads.world()).filter(|&p| p != pads.rank());

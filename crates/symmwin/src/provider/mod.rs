@@ -161,15 +161,31 @@ pub trait Signals: Send + Sync {
     fn synchronize(&self, _stream: StreamHandle) -> Result<()> {
         self.check_errors()
     }
-    /// Run one signal operation on `channel` of `pads`, ordered on `stream`.
-    fn signal(
-        &self,
-        pads: &PadLayout,
-        op: PadSignal,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
+    /// Run one signal operation on `pads`, on the channel, within the limit and on the
+    /// stream `at` gives.
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()>;
+}
+
+/// Where, how long and in which order one signal operation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalAt {
+    /// The pad channel.
+    pub channel: usize,
+    /// How long a wait may take.
+    pub timeout: Duration,
+    /// The stream the operation is ordered on (device providers; 0: legacy default).
+    pub stream: StreamHandle,
+}
+
+impl SignalAt {
+    /// Channel `channel`, waiting up to `timeout`, ordered on `stream`.
+    pub fn new(channel: usize, timeout: Duration, stream: StreamHandle) -> Self {
+        SignalAt {
+            channel,
+            timeout,
+            stream,
+        }
+    }
 }
 
 /// One operation of [`Signals::signal`].

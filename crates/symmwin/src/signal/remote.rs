@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, PadSignal, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,12 +233,18 @@ impl SignalScope<'_> {
     ) -> Result<()> {
         let me = self.pads.rank();
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals
-                .signal(self.pads, PadSignal::Put(peer), channel, left(), stream)?;
+            self.signals.signal(
+                self.pads,
+                PadSignal::Put(peer),
+                SignalAt::new(channel, left(), stream),
+            )?;
         }
         for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals
-                .signal(self.pads, PadSignal::Wait(peer), channel, left(), stream)?;
+            self.signals.signal(
+                self.pads,
+                PadSignal::Wait(peer),
+                SignalAt::new(channel, left(), stream),
+            )?;
         }
         Ok(())
     }

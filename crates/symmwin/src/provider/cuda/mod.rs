@@ -499,7 +499,7 @@ impl Drop for PrivateStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{PadLayout, PadSignal};
+    use crate::provider::{PadLayout, PadSignal, SignalAt};
 
     fn libcuda_present() -> bool {
         // SAFETY: only dlopens and closes libcuda.
@@ -664,17 +664,17 @@ mod tests {
         let second = Duration::from_secs(1);
         if !kernels_built() {
             let err = signals
-                .signal(&pads(0), PadSignal::Put(1), 0, second, 0)
+                .signal(&pads(0), PadSignal::Put(1), SignalAt::new(0, second, 0))
                 .unwrap_err();
             assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
             return;
         }
         // Put then wait, in order on the legacy stream.
         signals
-            .signal(&pads(0), PadSignal::Put(1), 3, second, 0)
+            .signal(&pads(0), PadSignal::Put(1), SignalAt::new(3, second, 0))
             .unwrap();
         signals
-            .signal(&pads(1), PadSignal::Wait(0), 3, second, 0)
+            .signal(&pads(1), PadSignal::Wait(0), SignalAt::new(3, second, 0))
             .unwrap();
         sync(&provider);
         provider.check_errors().unwrap();
@@ -692,18 +692,14 @@ mod tests {
                 .signal(
                     &pads(0),
                     PadSignal::Barrier,
-                    channel % 8,
-                    second,
-                    a.raw as usize,
+                    SignalAt::new(channel % 8, second, a.raw as usize),
                 )
                 .unwrap();
             signals
                 .signal(
                     &pads(1),
                     PadSignal::Barrier,
-                    channel % 8,
-                    second,
-                    b.raw as usize,
+                    SignalAt::new(channel % 8, second, b.raw as usize),
                 )
                 .unwrap();
         }
@@ -720,15 +716,15 @@ mod tests {
 
         // Bad arguments never reach the device.
         assert!(signals
-            .signal(&pads(0), PadSignal::Put(2), 0, second, 0)
+            .signal(&pads(0), PadSignal::Put(2), SignalAt::new(0, second, 0))
             .is_err());
         assert!(signals
-            .signal(&pads(0), PadSignal::Barrier, g, second, 0)
+            .signal(&pads(0), PadSignal::Barrier, SignalAt::new(g, second, 0))
             .is_err());
         // World 1 needs no peers.
         let alone = PadLayout::from_parts(span.base(), g, g, 0, 1).unwrap();
         signals
-            .signal(&alone, PadSignal::Barrier, 0, second, 0)
+            .signal(&alone, PadSignal::Barrier, SignalAt::new(0, second, 0))
             .unwrap();
     }
 }

@@ -19,7 +19,7 @@ use super::driver::{self, DriverError, PhaseExt};
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, PadSignal, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
 const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
@@ -202,15 +202,8 @@ impl Signals for CudaSignals {
         synced
     }
 
-    fn signal(
-        &self,
-        pads: &PadLayout,
-        op: PadSignal,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        let args = PadArgs::check(pads, channel)?;
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()> {
+        let args = PadArgs::check(pads, at.channel)?;
         let (op, peer, block) = match op {
             PadSignal::Barrier if pads.world() == 1 => return self.check_errors(),
             PadSignal::Barrier => (WaitOp::Barrier, 0, args.world.div_ceil(32) * 32),
@@ -220,8 +213,8 @@ impl Signals for CudaSignals {
         let launch = Launch {
             args,
             peer,
-            timeout,
-            stream,
+            timeout: at.timeout,
+            stream: at.stream,
         };
         self.launch(op, block, launch)
     }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::provider::{PadLayout, PadSignal};
+use crate::provider::{PadLayout, PadSignal, SignalAt};
 
 /// Environment variable that turns `timeout_child` on and names its case.
 const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
@@ -82,16 +82,32 @@ fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
     for round in 0..rounds {
         let channel = round % 8;
         signals
-            .signal(&ranks.pads(0), PadSignal::Barrier, channel, limit, sa)
+            .signal(
+                &ranks.pads(0),
+                PadSignal::Barrier,
+                SignalAt::new(channel, limit, sa),
+            )
             .unwrap();
         signals
-            .signal(&ranks.pads(1), PadSignal::Barrier, channel, limit, sb)
+            .signal(
+                &ranks.pads(1),
+                PadSignal::Barrier,
+                SignalAt::new(channel, limit, sb),
+            )
             .unwrap();
         signals
-            .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, sa)
+            .signal(
+                &ranks.pads(0),
+                PadSignal::Put(1),
+                SignalAt::new(channel, limit, sa),
+            )
             .unwrap();
         signals
-            .signal(&ranks.pads(1), PadSignal::Wait(0), channel, limit, sb)
+            .signal(
+                &ranks.pads(1),
+                PadSignal::Wait(0),
+                SignalAt::new(channel, limit, sb),
+            )
             .unwrap();
     }
     signals.synchronize(sa).unwrap();
@@ -158,23 +174,39 @@ fn timeout_child() {
     let (rank, peer) = match case.as_str() {
         "barrier" => {
             signals
-                .signal(&ranks.pads(0), PadSignal::Barrier, channel, limit, 0)
+                .signal(
+                    &ranks.pads(0),
+                    PadSignal::Barrier,
+                    SignalAt::new(channel, limit, 0),
+                )
                 .unwrap();
             (0, 1)
         }
         "wait_signal" => {
             signals
-                .signal(&ranks.pads(1), PadSignal::Wait(0), channel, limit, 0)
+                .signal(
+                    &ranks.pads(1),
+                    PadSignal::Wait(0),
+                    SignalAt::new(channel, limit, 0),
+                )
                 .unwrap();
             (1, 0)
         }
         "put_signal" => {
             // The first signal fills the slot; the second waits for it to clear.
             signals
-                .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, 0)
+                .signal(
+                    &ranks.pads(0),
+                    PadSignal::Put(1),
+                    SignalAt::new(channel, limit, 0),
+                )
                 .unwrap();
             signals
-                .signal(&ranks.pads(0), PadSignal::Put(1), channel, limit, 0)
+                .signal(
+                    &ranks.pads(0),
+                    PadSignal::Put(1),
+                    SignalAt::new(channel, limit, 0),
+                )
                 .unwrap();
             (0, 1)
         }
@@ -202,7 +234,11 @@ fn timeout_child() {
     for later in [
         ranks.provider.create(ranks.pad).map(drop).unwrap_err(),
         signals
-            .signal(&ranks.pads(0), PadSignal::Barrier, 0, limit, 0)
+            .signal(
+                &ranks.pads(0),
+                PadSignal::Barrier,
+                SignalAt::new(0, limit, 0),
+            )
             .unwrap_err(),
         CudaProvider::new(0, HandlePreference::Auto)
             .map(drop)
