@@ -232,19 +232,13 @@ impl SignalScope<'_> {
         stream: StreamHandle,
     ) -> Result<()> {
         let me = self.pads.rank();
-        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals.signal(
-                self.pads,
-                PadSignal::Put(peer),
-                SignalAt::new(channel, left(), stream),
-            )?;
-        }
-        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals.signal(
-                self.pads,
-                PadSignal::Wait(peer),
-                SignalAt::new(channel, left(), stream),
-            )?;
+        // Signal every mapped peer, then wait for every one.
+        let signal_then_wait: [fn(usize) -> PadSignal; 2] = [PadSignal::Put, PadSignal::Wait];
+        for op in signal_then_wait {
+            for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
+                let at = SignalAt::new(channel, left(), stream);
+                self.signals.signal(self.pads, op(peer), at)?;
+            }
         }
         Ok(())
     }

@@ -688,20 +688,10 @@ mod tests {
         let rounds = 1000;
         let start = std::time::Instant::now();
         for channel in 0..rounds {
-            signals
-                .signal(
-                    &pads(0),
-                    PadSignal::Barrier,
-                    SignalAt::new(channel % 8, second, a.raw as usize),
-                )
-                .unwrap();
-            signals
-                .signal(
-                    &pads(1),
-                    PadSignal::Barrier,
-                    SignalAt::new(channel % 8, second, b.raw as usize),
-                )
-                .unwrap();
+            for (rank, stream) in [(0, a.raw as usize), (1, b.raw as usize)] {
+                let at = SignalAt::new(channel % 8, second, stream);
+                signals.signal(&pads(rank), PadSignal::Barrier, at).unwrap();
+            }
         }
         let per_launch = start.elapsed() / (2 * rounds as u32);
         sync(&provider);

@@ -79,36 +79,18 @@ fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
     let limit = Duration::from_secs(10);
     let rounds = 10_000;
     let start = Instant::now();
+    // Rank `rank` of the pair, on its own stream.
+    let signal = |rank: usize, op, channel| {
+        let stream = [sa, sb][rank];
+        let at = SignalAt::new(channel, limit, stream);
+        signals.signal(&ranks.pads(rank), op, at).unwrap()
+    };
     for round in 0..rounds {
         let channel = round % 8;
-        signals
-            .signal(
-                &ranks.pads(0),
-                PadSignal::Barrier,
-                SignalAt::new(channel, limit, sa),
-            )
-            .unwrap();
-        signals
-            .signal(
-                &ranks.pads(1),
-                PadSignal::Barrier,
-                SignalAt::new(channel, limit, sb),
-            )
-            .unwrap();
-        signals
-            .signal(
-                &ranks.pads(0),
-                PadSignal::Put(1),
-                SignalAt::new(channel, limit, sa),
-            )
-            .unwrap();
-        signals
-            .signal(
-                &ranks.pads(1),
-                PadSignal::Wait(0),
-                SignalAt::new(channel, limit, sb),
-            )
-            .unwrap();
+        signal(0, PadSignal::Barrier, channel);
+        signal(1, PadSignal::Barrier, channel);
+        signal(0, PadSignal::Put(1), channel);
+        signal(1, PadSignal::Wait(0), channel);
     }
     signals.synchronize(sa).unwrap();
     signals.synchronize(sb).unwrap();
@@ -171,43 +153,23 @@ fn timeout_child() {
     let limit = Duration::from_millis(200);
     let channel = 3;
     // Only one side of each exchange runs, so the wait never completes.
+    let signal = |rank: usize, op| {
+        let at = SignalAt::new(channel, limit, 0);
+        signals.signal(&ranks.pads(rank), op, at).unwrap()
+    };
     let (rank, peer) = match case.as_str() {
         "barrier" => {
-            signals
-                .signal(
-                    &ranks.pads(0),
-                    PadSignal::Barrier,
-                    SignalAt::new(channel, limit, 0),
-                )
-                .unwrap();
+            signal(0, PadSignal::Barrier);
             (0, 1)
         }
         "wait_signal" => {
-            signals
-                .signal(
-                    &ranks.pads(1),
-                    PadSignal::Wait(0),
-                    SignalAt::new(channel, limit, 0),
-                )
-                .unwrap();
+            signal(1, PadSignal::Wait(0));
             (1, 0)
         }
         "put_signal" => {
             // The first signal fills the slot; the second waits for it to clear.
-            signals
-                .signal(
-                    &ranks.pads(0),
-                    PadSignal::Put(1),
-                    SignalAt::new(channel, limit, 0),
-                )
-                .unwrap();
-            signals
-                .signal(
-                    &ranks.pads(0),
-                    PadSignal::Put(1),
-                    SignalAt::new(channel, limit, 0),
-                )
-                .unwrap();
+            signal(0, PadSignal::Put(1));
+            signal(0, PadSignal::Put(1));
             (0, 1)
         }
         other => panic!("unknown case {other}"),
