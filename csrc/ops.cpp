@@ -373,7 +373,7 @@ Bound bind_sigpad(const Bound& data, const at::Tensor& sigpad, const char* op) {
   SymmwinWindowInfo info{};
   check(op, symmwin_window_info(window, &info));
   void* pad_ptr = nullptr;
-  check(op, symmwin_window_pad_ptr(window, info.rank, &pad_ptr));
+  check(op, symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, info.rank, &pad_ptr));
   const auto pad = reinterpret_cast<uintptr_t>(pad_ptr);
   const auto ptr = reinterpret_cast<uintptr_t>(sigpad.data_ptr());
   if (pad != 0 && ptr >= pad && ptr + bytes(sigpad) <= pad + info.pad_size) {

@@ -350,12 +350,10 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     mapped_.resize(info_.world);
     check(symmwin_window_mapped(window_.get(), mapped_.data(), mapped_.size()));
     for (int r = 0; r < info_.world; ++r) {
-      // torch's contract for peers that are not mapped (another host): a null pointer.
-      buffers_.push_back(
-          mapped_[r] ? reinterpret_cast<void*>(info_.base + r * info_.stride) : nullptr);
-      void* pad = nullptr;
-      check(symmwin_window_pad_ptr(window_.get(), r, &pad));
-      pads_.push_back(pad);
+      // The core's pointers: null for peers that are not mapped (another host), as
+      // torch's contract wants.
+      buffers_.push_back(peer_ptr(SYMMWIN_BUFFER_PTRS, r));
+      pads_.push_back(peer_ptr(SYMMWIN_PAD_PTRS, r));
     }
     global_ranks_.resize(info_.world);
     check(symmwin_window_global_ranks(
@@ -419,17 +417,18 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
   void barrier(int channel, size_t timeout_ms) override {
-    check(symmwin_window_barrier(window_.get(), channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream()));
   }
 
   void put_signal(int dst_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_put_signal(
-        window_.get(), dst_rank, channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream()));
   }
 
   void wait_signal(int src_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_wait_signal(
-        window_.get(), src_rank, channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream()));
   }
 
   int get_rank() override {
@@ -457,6 +456,13 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
  private:
+  // Rank `rank`'s buffer or signal pad (`what`), as the core computes it.
+  void* peer_ptr(int what, int rank) {
+    void* ptr = nullptr;
+    check(symmwin_window_peer_ptr(window_.get(), what, rank, &ptr));
+    return ptr;
+  }
+
   void require_all_mapped(const char* what) {
     if (world_within_direct_access()) {
       return;

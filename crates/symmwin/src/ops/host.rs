@@ -235,25 +235,16 @@ impl DeviceOps for HostOps {
     }
 
     unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
-        let SignalWait {
-            word,
-            value,
-            rank,
-            peer,
-            timeout,
-            ..
-        } = *wait;
         // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
-        let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
-        let deadline = Instant::now() + timeout;
+        let word = unsafe { AtomicU64::from_ptr(wait.word as *mut u64) };
         let consumed = || {
-            word.compare_exchange_weak(value, 0, Ordering::Acquire, Ordering::Relaxed)
+            word.compare_exchange_weak(wait.value, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         };
-        if wait_until(deadline, consumed) {
+        if wait_until(Instant::now() + wait.timeout, consumed) {
             Ok(())
         } else {
-            Err(timed_out(peer, timeout).at_rank(rank))
+            Err(timed_out(wait.peer, wait.timeout).at_rank(wait.rank))
         }
     }
 }

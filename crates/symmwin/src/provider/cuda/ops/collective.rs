@@ -7,7 +7,7 @@ use super::params::{
     DTYPE_F64, HS_SIGNAL_ALL, HS_SIGNAL_PEER, HS_WAIT_ALL, HS_WAIT_PEER, MAX_EXPERTS,
     MAX_ROOT_WORLD, MAX_SPLITS, THREADS,
 };
-use super::CudaOps;
+use super::{CudaOps, Pick};
 use crate::error::{Error, Result};
 use crate::ops::plan::Shape;
 use crate::ops::{ElemType, OpContext, SymmBuf, Tile, VarArgs};
@@ -40,9 +40,7 @@ impl CudaOps {
             return self.all_to_all_copy_engine(ctx, input, out, bytes, &p);
         }
         let bpp = grid::push_blocks_per_peer(ctx, bytes);
-        p.blocks_per_peer = bpp as u32;
-        p.channel = grid::first_channel(ctx, 2 * bpp)?;
-        self.launch(|k| k.all_to_all, ctx.world * bpp, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.all_to_all, ctx, &mut p, bpp, ctx.world * bpp)
     }
 
     /// Ready handshake with every peer, one peer copy per chunk, data handshake.
@@ -148,9 +146,7 @@ impl CudaOps {
         }
         check_thread_per_peer(ctx, "broadcast")?;
         let blocks = grid::broadcast_blocks(ctx, len);
-        p.blocks_per_peer = blocks as u32;
-        p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.broadcast, blocks, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.broadcast, ctx, &mut p, blocks, blocks)
     }
 
     pub(super) fn reduce_tiles(
@@ -214,9 +210,23 @@ impl CudaOps {
         p.rows = tile.rows as u64;
         p.mode = dtype_code(tile.elem);
         let blocks = grid::tile_blocks(ctx, tile.rows * tile.cols * elem, tile.rows);
-        p.blocks_per_peer = blocks as u32;
-        p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.tile_reduce, blocks, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.tile_reduce, ctx, &mut p, blocks, blocks)
+    }
+
+    /// Launches `pick` on `grid` blocks of [`THREADS`], `blocks_per_peer` of them
+    /// working for each peer, each block with the two pad channels (entry and exit)
+    /// it synchronizes on.
+    fn launch_synchronized(
+        &self,
+        pick: Pick,
+        ctx: &OpContext,
+        p: &mut OpsParams,
+        blocks_per_peer: usize,
+        grid: usize,
+    ) -> Result<()> {
+        p.blocks_per_peer = blocks_per_peer as u32;
+        p.channel = grid::first_channel(ctx, 2 * blocks_per_peer)?;
+        self.launch(pick, grid, THREADS, ctx.stream, p)
     }
 
     /// One block that signals and/or waits for `peer` or every other rank on `channel`.
