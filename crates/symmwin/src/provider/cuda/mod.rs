@@ -24,6 +24,7 @@ mod context;
 mod driver;
 mod map_batch;
 mod ops;
+mod pinned;
 mod probe;
 mod signal_params;
 mod signals;
