@@ -167,6 +167,13 @@ fn host_window(name: &str, size: usize) -> (*mut c_void, *mut SymmwinWindow) {
     (ptr, window)
 }
 
+/// Undo [`host_window`]: release the window once, then free its allocation.
+fn release_host_window(ptr: *mut c_void, window: *mut SymmwinWindow) {
+    // SAFETY: a live window from `host_window`, released once and not used again.
+    unsafe { symmwin_window_release(window) };
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
 #[test]
 fn null_out_pointers_are_refused_and_allocate_nothing() {
     let before = symmwin_allocation_count();
@@ -266,9 +273,7 @@ fn a_table_that_does_not_exist_is_refused() {
             last_error()
         );
     }
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]
@@ -313,9 +318,7 @@ fn peer_pointers_come_from_the_core_and_bad_arguments_are_refused() {
     // SAFETY: a NULL out is what is under test; it is checked before any write.
     let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 0, null_mut()) };
     assert_eq!(status, SymmwinInvalidArgument);
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]
@@ -355,9 +358,7 @@ fn ranks_and_channels_out_of_range_are_refused() {
     // SAFETY: `ranks` has room for 0 ints, as `len` says.
     let status = unsafe { symmwin_window_global_ranks(window, ranks.as_mut_ptr(), 0) };
     assert_eq!(status, SymmwinInvalidArgument);
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]
@@ -386,9 +387,7 @@ fn a_bad_engine_and_null_operands_are_refused() {
     let status = unsafe { symmwin_op_all_to_all(operand(null()), operand(window), null()) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(last_error().contains("window is NULL"), "{}", last_error());
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]

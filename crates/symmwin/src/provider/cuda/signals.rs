@@ -150,20 +150,11 @@ impl CudaSignals {
     #[inline]
     fn launch(&self, op: WaitOp, block: u32, launch: Launch) -> Result<()> {
         let Launch {
-            args,
-            peer,
+            mut params,
             timeout,
             stream,
         } = launch;
-        let mut params = SignalParams {
-            pad_base: args.base,
-            pad_stride: args.stride,
-            world: args.world,
-            peer,
-            channel: args.channel,
-            _reserved: 0,
-            wait: self.wait_report(op, args.rank, timeout)?,
-        };
+        params.wait = self.wait_report(op, params.wait.rank, timeout)?;
         let kernels = self.kernels()?;
         kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
@@ -203,16 +194,16 @@ impl Signals for CudaSignals {
     }
 
     fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()> {
-        let args = PadArgs::check(pads, at.channel)?;
+        let mut params = pad_params(pads, at.channel)?;
         let (op, peer, block) = match op {
             PadSignal::Barrier if pads.world() == 1 => return self.check_errors(),
-            PadSignal::Barrier => (WaitOp::Barrier, 0, args.world.div_ceil(32) * 32),
+            PadSignal::Barrier => (WaitOp::Barrier, 0, params.world.div_ceil(32) * 32),
             PadSignal::Put(dst) => (WaitOp::PutSignal, check_peer(pads, dst)?, 1),
             PadSignal::Wait(src) => (WaitOp::WaitSignal, check_peer(pads, src)?, 1),
         };
+        params.peer = peer;
         let launch = Launch {
-            args,
-            peer,
+            params,
             timeout: at.timeout,
             stream: at.stream,
         };
@@ -236,10 +227,10 @@ impl CudaSignals {
     }
 }
 
-/// What one signal kernel launch acts on.
+/// What one signal kernel launch acts on: the checked pads and peer (the wait report
+/// is filled at launch), the wait limit and the stream.
 struct Launch {
-    args: PadArgs,
-    peer: u32,
+    params: SignalParams,
     timeout: Duration,
     stream: StreamHandle,
 }
@@ -248,60 +239,56 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Kernel arguments describing the pads, in the kernels' parameter types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct PadArgs {
-    pub(super) base: u64,
-    pub(super) stride: u64,
-    pub(super) rank: u32,
-    pub(super) world: u32,
-    pub(super) channel: u32,
-}
-
-impl PadArgs {
-    /// Checks on the host what the kernels cannot: every slot of `channel` lies inside
-    /// every peer's pad, so a bad argument is an error here instead of a device fault
-    /// that would poison the context.
-    pub(super) fn check(pads: &PadLayout, channel: usize) -> Result<Self> {
-        let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
-        if pads.world() > MAX_WORLD {
-            return Err(invalid(format!(
-                "world size {} is outside 1..={MAX_WORLD}",
-                pads.world()
-            )));
-        }
-        if pads.rank() >= pads.world() {
-            return Err(invalid(format!(
-                "rank {} out of range for world size {}",
-                pads.rank(),
-                pads.world()
-            )));
-        }
-        if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
-            return Err(invalid(format!(
-                "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
-                pads.base(),
-                pads.stride()
-            )));
-        }
-        // The last slot of `channel` fits, so every slot of it does (and every pad
-        // fits the address space: `PadLayout` guarantees it).
-        pads.slot_offset(channel, pads.world() - 1)?;
-        // The conversions cannot fail after the checks above; fail cleanly regardless.
-        let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
-        Ok(PadArgs {
-            base: pads.base() as u64,
-            stride: pads.stride() as u64,
-            rank: narrow(pads.rank())?,
-            world: narrow(pads.world())?,
-            channel: narrow(channel)?,
-        })
+/// The kernels' parameters for `channel` of `pads`, checked on the host for what the
+/// kernels cannot check: every slot of `channel` lies inside every peer's pad, so a bad
+/// argument is an error here instead of a device fault that would poison the context.
+/// `peer` is 0 and `wait` holds only this rank: the launch fills in the rest.
+fn pad_params(pads: &PadLayout, channel: usize) -> Result<SignalParams> {
+    let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
+    if pads.world() > MAX_WORLD {
+        return Err(invalid(format!(
+            "world size {} is outside 1..={MAX_WORLD}",
+            pads.world()
+        )));
     }
+    if pads.rank() >= pads.world() {
+        return Err(invalid(format!(
+            "rank {} out of range for world size {}",
+            pads.rank(),
+            pads.world()
+        )));
+    }
+    if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
+        return Err(invalid(format!(
+            "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
+            pads.base(),
+            pads.stride()
+        )));
+    }
+    // The last slot of `channel` fits, so every slot of it does (and every pad
+    // fits the address space: `PadLayout` guarantees it).
+    pads.slot_offset(channel, pads.world() - 1)?;
+    // The conversions cannot fail after the checks above; fail cleanly regardless.
+    let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
+    Ok(SignalParams {
+        pad_base: pads.base() as u64,
+        pad_stride: pads.stride() as u64,
+        world: narrow(pads.world())?,
+        peer: 0,
+        channel: narrow(channel)?,
+        _reserved: 0,
+        wait: WaitReport {
+            record: 0,
+            timeout_ns: 0,
+            rank: narrow(pads.rank())?,
+            op: 0,
+        },
+    })
 }
 
 pub(super) fn check_peer(pads: &PadLayout, peer: usize) -> Result<u32> {
     pads.check_peer(peer)?;
-    // world <= MAX_WORLD was checked by PadArgs::check.
+    // world <= MAX_WORLD was checked by pad_params.
     Ok(peer as u32)
 }
 
@@ -407,16 +394,15 @@ mod tests {
         PadLayout::from_parts(BASE, 1 << 21, len, rank, world).unwrap()
     }
 
-    /// `PadArgs::check` of pads that may not even form a layout.
+    /// `pad_params` of pads that may not even form a layout.
     fn check(
         base: usize,
         stride: usize,
         rank: usize,
         world: usize,
         channel: usize,
-    ) -> Result<PadArgs> {
-        PadLayout::from_parts(base, stride, 64, rank, world)
-            .and_then(|p| PadArgs::check(&p, channel))
+    ) -> Result<SignalParams> {
+        PadLayout::from_parts(base, stride, 64, rank, world).and_then(|p| pad_params(&p, channel))
     }
 
     #[test]
@@ -437,17 +423,17 @@ mod tests {
 
     #[test]
     fn pad_arguments_are_checked() {
-        let ok = PadArgs::check(&pads(1, 4, 64), 3).unwrap();
-        assert_eq!((ok.rank, ok.world, ok.channel), (1, 4, 3));
+        let ok = pad_params(&pads(1, 4, 64), 3).unwrap();
+        assert_eq!((ok.wait.rank, ok.world, ok.channel), (1, 4, 3));
         // channel 4 needs slots up to 4*4+3 = 19, i.e. 80 bytes.
-        assert!(PadArgs::check(&pads(1, 4, 64), 4).is_err());
-        assert!(PadArgs::check(&pads(4, 4, 64), 0).is_err());
+        assert!(pad_params(&pads(1, 4, 64), 4).is_err());
+        assert!(pad_params(&pads(4, 4, 64), 0).is_err());
         assert!(check(BASE, 1 << 21, 0, 0, 0).is_err());
-        assert!(PadArgs::check(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
-        assert!(PadArgs::check(&pads(0, 2, 64), usize::MAX).is_err());
+        assert!(pad_params(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
+        assert!(pad_params(&pads(0, 2, 64), usize::MAX).is_err());
         assert!(check(BASE + 2, 1 << 21, 0, 2, 0).is_err());
         assert!(check(usize::MAX / 2, usize::MAX / 2, 0, 2, 0).is_err());
-        let err = PadArgs::check(&pads(0, 4, 64), 99).unwrap_err();
+        let err = pad_params(&pads(0, 4, 64), 99).unwrap_err();
         assert_eq!(err.phase(), Phase::Signal);
         assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)));
     }
