@@ -653,14 +653,9 @@ mod tests {
         let Some((_gpu, provider)) = gpu() else {
             return;
         };
-        let g = provider.info().granularity;
-        let mut span = provider.reserve(2 * g).unwrap();
-        for r in 0..2 {
-            span.map(r * g, provider.create(g).unwrap().as_ref())
-                .unwrap();
-        }
-        span.zero(0, 2 * g).unwrap();
-        let pads = |rank| PadLayout::from_parts(span.base(), g, g, rank, 2).unwrap();
+        let ranks = super::timeout_tests::TwoRanks::on(provider);
+        let (provider, g) = (&ranks.provider, ranks.pad);
+        let pads = |rank| ranks.pads(rank);
         let signals = provider.signals();
         let second = Duration::from_secs(1);
         if !kernels_built() {
@@ -677,11 +672,9 @@ mod tests {
         signals
             .signal(&pads(1), PadSignal::Wait(0), SignalAt::new(3, second, 0))
             .unwrap();
-        sync(&provider);
+        sync(provider);
         provider.check_errors().unwrap();
-        assert!(read(span.as_ref(), 0, 2 * g, &provider)
-            .iter()
-            .all(|&b| b == 0));
+        assert!(ranks.pads_are_zero());
 
         // Both halves of a barrier at once, on two streams.
         let a = PrivateStream::new(&provider.ctx).unwrap();
@@ -695,12 +688,10 @@ mod tests {
             }
         }
         let per_launch = start.elapsed() / (2 * rounds as u32);
-        sync(&provider);
+        sync(provider);
         println!("barrier launch: {per_launch:?} per call");
         provider.check_errors().unwrap();
-        assert!(read(span.as_ref(), 0, 2 * g, &provider)
-            .iter()
-            .all(|&b| b == 0));
+        assert!(ranks.pads_are_zero());
 
         // A timeout traps and loses the context: timeout_tests.rs runs it in a
         // child process so the other tests keep theirs.
@@ -713,7 +704,7 @@ mod tests {
             .signal(&pads(0), PadSignal::Barrier, SignalAt::new(g, second, 0))
             .is_err());
         // World 1 needs no peers.
-        let alone = PadLayout::from_parts(span.base(), g, g, 0, 1).unwrap();
+        let alone = PadLayout::from_parts(ranks.span.base(), g, g, 0, 1).unwrap();
         signals
             .signal(&alone, PadSignal::Barrier, SignalAt::new(0, second, 0))
             .unwrap();

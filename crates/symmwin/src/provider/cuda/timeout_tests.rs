@@ -14,16 +14,21 @@ use crate::provider::{PadLayout, PadSignal, SignalAt};
 /// Environment variable that turns `timeout_child` on and names its case.
 const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
 
-/// Both ranks of a world-2 group in this process: two pads in one span on device 0.
-struct TwoRanks {
-    provider: CudaProvider,
-    span: Box<dyn Span>,
-    pad: usize,
+/// Both ranks of a world-2 group in this process: two zeroed pads of one granule each
+/// in one span of one device.
+pub(super) struct TwoRanks {
+    pub(super) provider: CudaProvider,
+    pub(super) span: Box<dyn Span>,
+    pub(super) pad: usize,
 }
 
 impl TwoRanks {
     fn new() -> Self {
-        let provider = CudaProvider::new(0, HandlePreference::Auto).unwrap();
+        Self::on(CudaProvider::new(0, HandlePreference::Auto).unwrap())
+    }
+
+    /// The two ranks' pads on `provider`'s device.
+    pub(super) fn on(provider: CudaProvider) -> Self {
         let pad = provider.info().granularity;
         let mut span = provider.reserve(2 * pad).unwrap();
         for r in 0..2 {
@@ -38,11 +43,11 @@ impl TwoRanks {
         }
     }
 
-    fn pads(&self, rank: usize) -> PadLayout {
+    pub(super) fn pads(&self, rank: usize) -> PadLayout {
         PadLayout::from_parts(self.span.base(), self.pad, self.pad, rank, 2).unwrap()
     }
 
-    fn pads_are_zero(&self) -> bool {
+    pub(super) fn pads_are_zero(&self) -> bool {
         let mut bytes = vec![0xAB; 2 * self.pad];
         // SAFETY: both pads are mapped in the live span.
         unsafe { self.provider.read(self.span.base(), &mut bytes) }.unwrap();
