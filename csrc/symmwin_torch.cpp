@@ -662,15 +662,14 @@ void register_backends() {
   });
 }
 
-py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-  TORCH_CHECK(handle, "flat_layout: handle is None");
-  if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+py::tuple flat_layout(sm::SymmetricMemory& handle) {
+  if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(&handle)) {
     // The core's layout (rank 0 may be on another host, a null pointer: the span is
-    // still reserved). Nothing to check: our buffer pointers are made from it.
+    // still reserved). Nothing to check: our buffer pointers are the core's.
     return py::make_tuple(ours->info().base, ours->info().stride);
   }
   // Another backend's handle: its pointers must be evenly spaced to be one span.
-  const auto ptrs = handle->get_buffer_ptrs();
+  const auto ptrs = handle.get_buffer_ptrs();
   const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
   uintptr_t stride = 0;
   if (ptrs.size() > 1) {
@@ -724,34 +723,41 @@ void symmwin_torch::check_op(const char* op, SymmwinStatus status) {
   TORCH_CHECK(false, message);
 }
 
+// `m.<name>(handle)`: `fn(*handle)`, with an error naming `name` when handle is None.
+template <typename F>
+void def_on_handle(py::module_& m, const char* name, F fn, const char* doc) {
+  m.def(
+      name,
+      [name, fn](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+        TORCH_CHECK(handle, name, ": handle is None");
+        return fn(*handle);
+      },
+      py::arg("handle"),
+      doc);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
   m.def(
       "register",
       &register_backends,
       "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
-  m.def(
-      "flat_layout",
-      &flat_layout,
-      py::arg("handle"),
-      "(base, stride) with buffer_ptrs[r] == base + r * stride.");
-  m.def(
+  def_on_handle(
+      m, "flat_layout", flat_layout, "(base, stride) with buffer_ptrs[r] == base + r * stride.");
+  def_on_handle(
+      m,
       "rank_to_global",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "rank_to_global: handle is None");
-        return handle->get_rank_to_global_rank();
-      },
-      py::arg("handle"),
+      [](sm::SymmetricMemory& handle) { return handle.get_rank_to_global_rank(); },
       "Global rank of every group rank of a handle.");
-  m.def(
+  def_on_handle(
+      m,
       "direct_peers",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "direct_peers: handle is None");
-        if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+      [](sm::SymmetricMemory& handle) {
+        if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(&handle)) {
           return ours->direct_peers();
         }
         std::vector<int> peers;
-        const auto ptrs = handle->get_buffer_ptrs();
+        const auto ptrs = handle.get_buffer_ptrs();
         for (size_t r = 0; r < ptrs.size(); ++r) {
           if (ptrs[r] != nullptr) {
             peers.push_back(static_cast<int>(r));
@@ -759,15 +765,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         return peers;
       },
-      py::arg("handle"),
       "Ranks whose memory a handle maps (load/store reachable), in rank order.");
-  m.def(
+  def_on_handle(
+      m,
       "world_within_direct_access",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "world_within_direct_access: handle is None");
-        return handle->world_within_direct_access();
-      },
-      py::arg("handle"),
+      [](sm::SymmetricMemory& handle) { return handle.world_within_direct_access(); },
       "True when every rank of the handle's group is mapped (torch does not expose it).");
   m.def(
       "handle_type",

@@ -134,6 +134,19 @@ fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
 }
 
 /// The process's configuration, read once; the first use also sets up `SYMMWIN_LOG`.
+/// [`guard`] for an entry point with one result: `f`'s value, written to `*out`.
+///
+/// # Safety
+/// `out` is NULL or points to writable storage for a `T`.
+unsafe fn guard_out<T>(out: *mut T, f: impl FnOnce() -> symmwin::Result<T>) -> SymmwinStatus {
+    guard(|| {
+        // SAFETY: a propagation of the caller's assertion.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = f()?;
+        Ok(SymmwinOk)
+    })
+}
+
 fn config() -> symmwin::Result<Config> {
     // Keep the reason alone: `Error::invalid` adds the prefix again.
     static CONFIG: LazyLock<Result<Config, String>> = LazyLock::new(|| {
@@ -258,12 +271,9 @@ pub unsafe extern "C" fn symmwin_alloc(
     size: usize,
     out: *mut *mut c_void,
 ) -> SymmwinStatus {
-    guard(|| {
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let out = unsafe { out_arg(out, "out") }?;
-        *out = REGISTRY.alloc(provider(device)?, size)? as *mut c_void;
-        Ok(SymmwinOk)
-    })
+    let alloc = || Ok(REGISTRY.alloc(provider(device)?, size)? as *mut c_void);
+    // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+    unsafe { guard_out(out, alloc) }
 }
 
 /// Free an allocation made by `symmwin_alloc`. Local: windows made from it stay valid.
@@ -558,7 +568,7 @@ pub unsafe extern "C" fn symmwin_window_peer_ptr(
     rank: c_int,
     out: *mut *mut c_void,
 ) -> SymmwinStatus {
-    guard(|| {
+    let ptr = || {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let h = unsafe { window_arg(w) }?;
         let r = rank_arg(rank, h.window.world())?;
@@ -571,10 +581,10 @@ pub unsafe extern "C" fn symmwin_window_peer_ptr(
                 )))
             }
         };
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        *unsafe { out_arg(out, "out") }? = ptrs.get(r).copied().unwrap_or(0) as *mut c_void;
-        Ok(SymmwinOk)
-    })
+        Ok(ptrs.get(r).copied().unwrap_or(0) as *mut c_void)
+    };
+    // SAFETY: as above.
+    unsafe { guard_out(out, ptr) }
 }
 
 /// `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
