@@ -10,7 +10,7 @@ use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
-use super::request::OpRequest;
+use super::request::{OpRequest, Transfer};
 use super::{ops_channel, Engine};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (and the
@@ -194,7 +194,7 @@ pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> 
     let op = OpRequest::AllToAll {
         input: &i,
         out: &o,
-        bytes_per_peer: per_peer,
+        chunk: per_peer,
     };
     // SAFETY: both operands were checked to lie in their live windows of one group.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
@@ -326,11 +326,15 @@ pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) 
     let w = buf.window;
     let check = || Ok((buf.symm("tensor")?, peer_arg(peer, w.world(), "peer")?));
     let (b, peer) = check().map_err(|e: Error| w.context(e))?;
-    let (buf, len) = (&b, b.len);
+    let transfer = Transfer {
+        buf: &b,
+        len: b.len,
+        peer,
+    };
     let op = if into_peer {
-        OpRequest::Put { buf, len, peer }
+        OpRequest::Put(transfer)
     } else {
-        OpRequest::Get { buf, len, peer }
+        OpRequest::Get(transfer)
     };
     // SAFETY: the operand was checked to lie in its live window.
     run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
@@ -371,11 +375,13 @@ pub fn put_with_signal(
     };
     let (b, s, peer) = check().map_err(|e: Error| w.context(e))?;
     let op = OpRequest::PutWithSignal {
-        buf: &b,
-        len: b.len,
+        put: Transfer {
+            buf: &b,
+            len: b.len,
+            peer,
+        },
         sig: &s,
         value,
-        peer,
     };
     // SAFETY: both operands were checked to lie in their live windows.
     run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {

@@ -84,3 +84,57 @@ impl DeviceOps for UnsupportedOps {
         self.refuse("wait_for_signal")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::FlatLayout;
+    use crate::ops::request::Transfer;
+    use crate::ops::SymmBuf;
+
+    #[test]
+    fn a_provider_without_ops_refuses_each_by_name() {
+        let buf = SymmBuf {
+            layout: FlatLayout::new(1 << 30, 4096, 2).unwrap(),
+            offset: 0,
+            len: 8,
+            room: 4096,
+        };
+        let ops = UnsupportedOps { provider: "test" };
+        let put = Transfer {
+            buf: &buf,
+            len: 8,
+            peer: 1,
+        };
+        let requests = [
+            (OpRequest::Put(put), "put"),
+            (OpRequest::Get(put), "get"),
+            (
+                OpRequest::PutWithSignal {
+                    put,
+                    sig: &buf,
+                    value: 1,
+                },
+                "put_with_signal",
+            ),
+        ];
+        for (request, name) in requests {
+            let pads = crate::provider::PadLayout::from_parts(1 << 20, 4096, 4096, 0, 2).unwrap();
+            let ctx = OpContext {
+                rank: 0,
+                world: 2,
+                channel: 0,
+                pads,
+                timeout: std::time::Duration::from_secs(1),
+                stream: 0,
+                engine: crate::ops::Engine::Auto,
+            };
+            // SAFETY: the refusing implementation touches no memory.
+            let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();
+            assert!(
+                matches!(err.kind(), ErrorKind::Unsupported(m) if m.starts_with(&format!("{name} is not implemented for test memory"))),
+                "{err}"
+            );
+        }
+    }
+}

@@ -173,34 +173,20 @@ impl DeviceOps for HostOps {
     unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
         // SAFETY (every arm): a propagation of the caller's assertion.
         match *op {
-            OpRequest::AllToAll {
-                input,
-                out,
-                bytes_per_peer,
-            } => self.collective(ctx, || unsafe {
-                all_to_all(ctx, input, out, bytes_per_peer)
-            }),
+            OpRequest::AllToAll { input, out, chunk } => {
+                self.collective(ctx, || unsafe { all_to_all(ctx, input, out, chunk) })
+            }
             OpRequest::AllToAllV { shape, args } => {
                 self.collective(ctx, || run_plan(shape, ctx, args))
             }
             OpRequest::Broadcast { buf, len, root } => {
                 self.collective(ctx, || unsafe { broadcast(ctx, buf, len, root) })
             }
-            OpRequest::Put { buf, len, peer } => unsafe {
-                copy_between(ctx, buf, len, ctx.rank, peer)
-            },
-            OpRequest::Get { buf, len, peer } => unsafe {
-                copy_between(ctx, buf, len, peer, ctx.rank)
-            },
-            OpRequest::PutWithSignal {
-                buf,
-                len,
-                sig,
-                value,
-                peer,
-            } => {
-                let word = signal_word(sig, peer).map_err(|e| e.with_peer(peer))?;
-                unsafe { copy_between(ctx, buf, len, ctx.rank, peer)? };
+            OpRequest::Put(t) => unsafe { copy_between(ctx, t.buf, t.len, ctx.rank, t.peer) },
+            OpRequest::Get(t) => unsafe { copy_between(ctx, t.buf, t.len, t.peer, ctx.rank) },
+            OpRequest::PutWithSignal { put, sig, value } => {
+                let word = signal_word(sig, put.peer).map_err(|e| e.with_peer(put.peer))?;
+                unsafe { copy_between(ctx, put.buf, put.len, ctx.rank, put.peer)? };
                 // Release: the data is visible to whoever acquires the signal.
                 word.store(value, Ordering::Release);
                 Ok(())

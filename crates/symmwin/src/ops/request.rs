@@ -7,16 +7,16 @@ use super::plan::Shape;
 /// One op of [`super::DeviceOps::execute`], with the semantics of torch's NVSHMEM ops.
 #[derive(Debug, Clone, Copy)]
 pub enum OpRequest<'a> {
-    /// Equal-split all-to-all: block `j` (`bytes_per_peer` bytes at `j *
-    /// bytes_per_peer`) of this rank's `input` lands at block `rank` of rank `j`'s
-    /// `out` (torch's `nvshmem_all_to_all`).
+    /// Equal-split all-to-all: chunk `j` (`chunk` bytes at `j * chunk`) of this rank's
+    /// `input` lands at chunk `rank` of rank `j`'s `out` (torch's
+    /// `nvshmem_all_to_all`).
     AllToAll {
         /// Every rank's input.
         input: &'a SymmBuf,
         /// Every rank's output.
         out: &'a SymmBuf,
         /// Bytes each rank sends each peer.
-        bytes_per_peer: usize,
+        chunk: usize,
     },
     /// The all-to-all-v family, by shape: torch's `all_to_all_vdev` ([`Shape::Flat`]:
     /// `in_splits[j]` rows go to rank `j`, `out_splits_offsets[0][i]` is set to the
@@ -43,37 +43,19 @@ pub enum OpRequest<'a> {
         root: usize,
     },
     /// One-sided: copy the first `len` bytes of this rank's `buf` into `peer`'s `buf`.
-    Put {
-        /// The operand on both ranks.
-        buf: &'a SymmBuf,
-        /// Bytes to copy.
-        len: usize,
-        /// The receiver.
-        peer: usize,
-    },
+    Put(Transfer<'a>),
     /// One-sided: copy the first `len` bytes of `peer`'s `buf` into this rank's `buf`.
-    Get {
-        /// The operand on both ranks.
-        buf: &'a SymmBuf,
-        /// Bytes to copy.
-        len: usize,
-        /// The rank read from.
-        peer: usize,
-    },
-    /// One-sided: [`OpRequest::Put`], then set the `u64` at `peer`'s `sig` (8-byte
+    Get(Transfer<'a>),
+    /// One-sided: [`OpRequest::Put`], then set the `u64` at the peer's `sig` (8-byte
     /// aligned, 8 bytes of room) to `value` with release ordering (torch's
     /// `nvshmem_put_with_signal`).
     PutWithSignal {
-        /// The operand on both ranks.
-        buf: &'a SymmBuf,
-        /// Bytes to copy.
-        len: usize,
+        /// The data.
+        put: Transfer<'a>,
         /// The signal word on both ranks.
         sig: &'a SymmBuf,
         /// The value the peer's word is set to.
         value: u64,
-        /// The receiver.
-        peer: usize,
     },
     /// One-sided: copy `len` bytes from this process's address `src` (any memory of
     /// this provider, not necessarily symmetric, readable and live) into `peer`'s
@@ -108,6 +90,17 @@ pub enum OpRequest<'a> {
     },
 }
 
+/// The first `len` bytes of `buf`, moved one-sided between this rank and `peer`.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// The operand on both ranks.
+    pub buf: &'a SymmBuf,
+    /// Bytes to move.
+    pub len: usize,
+    /// The other rank.
+    pub peer: usize,
+}
+
 impl OpRequest<'_> {
     /// torch's name of the op, for messages.
     pub fn name(&self) -> &'static str {
@@ -119,24 +112,12 @@ impl OpRequest<'_> {
                 Shape::Combine => "all_to_all_vdev_2d_offset",
             },
             OpRequest::Broadcast { .. } => "broadcast",
-            OpRequest::Put { .. } => "put",
-            OpRequest::Get { .. } => "get",
+            OpRequest::Put(_) => "put",
+            OpRequest::Get(_) => "get",
             OpRequest::PutWithSignal { .. } => "put_with_signal",
             OpRequest::PutSignal { .. } => "put_signal",
             OpRequest::TileReduce { ins, .. } if ins.len() > 1 => "multi_root_tile_reduce",
             OpRequest::TileReduce { .. } => "tile_reduce",
         }
-    }
-
-    /// Whether the op is collective over the group (everything but the one-sided
-    /// puts and gets).
-    pub fn is_collective(&self) -> bool {
-        !matches!(
-            self,
-            OpRequest::Put { .. }
-                | OpRequest::Get { .. }
-                | OpRequest::PutWithSignal { .. }
-                | OpRequest::PutSignal { .. }
-        )
     }
 }

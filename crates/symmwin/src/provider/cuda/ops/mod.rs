@@ -178,24 +178,16 @@ impl DeviceOps for CudaOps {
 
     unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
         match *op {
-            OpRequest::AllToAll {
-                input,
-                out,
-                bytes_per_peer,
-            } => self.equal_all_to_all(ctx, input, out, bytes_per_peer),
+            OpRequest::AllToAll { input, out, chunk } => {
+                self.equal_all_to_all(ctx, input, out, chunk)
+            }
             OpRequest::AllToAllV { shape, args } => self.vdev(ctx, args, shape),
             OpRequest::Broadcast { buf, len, root } => self.broadcast_from(ctx, buf, len, root),
-            OpRequest::Put { buf, len, peer } => self.transfer(ctx, buf, len, peer, Put),
-            OpRequest::Get { buf, len, peer } => self.transfer(ctx, buf, len, peer, Get),
-            OpRequest::PutWithSignal {
-                buf,
-                len,
-                sig,
-                value,
-                peer,
-            } => {
-                self.transfer(ctx, buf, len, peer, Put)?;
-                self.set_value(ctx, sig, value, peer)
+            OpRequest::Put(t) => self.transfer(ctx, &t, Put),
+            OpRequest::Get(t) => self.transfer(ctx, &t, Get),
+            OpRequest::PutWithSignal { put, sig, value } => {
+                self.transfer(ctx, &put, Put)?;
+                self.set_value(ctx, sig, value, put.peer)
             }
             OpRequest::PutSignal {
                 src,

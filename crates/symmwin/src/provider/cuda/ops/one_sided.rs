@@ -6,7 +6,7 @@ use super::params::{OpId, Operand, COPY_GET, COPY_PUT, HS_SIGNAL_PEER, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
 
-use crate::ops::{OpContext, SignalWait, SymmBuf};
+use crate::ops::{OpContext, SignalWait, SymmBuf, Transfer};
 
 /// Which way `put` / `get` copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +21,10 @@ impl CudaOps {
     pub(super) fn transfer(
         &self,
         ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        peer: usize,
+        transfer: &Transfer,
         direction: Direction,
     ) -> Result<()> {
+        let Transfer { buf, len, peer } = *transfer;
         check_peer(ctx, peer)?;
         if len > buf.len {
             return Err(Error::invalid(format!(
