@@ -736,12 +736,8 @@ void def_on_handle(py::module_& m, const char* name, F fn, const char* doc) {
       doc);
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
-  m.def(
-      "register",
-      &register_backends,
-      "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
+// The functions of one SymmetricMemory handle (any backend's) torch does not expose.
+void def_handle_queries(py::module_& m) {
   def_on_handle(
       m, "flat_layout", flat_layout, "(base, stride) with buffer_ptrs[r] == base + r * stride.");
   def_on_handle(
@@ -771,6 +767,39 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "world_within_direct_access",
       [](sm::SymmetricMemory& handle) { return handle.world_within_direct_access(); },
       "True when every rank of the handle's group is mapped (torch does not expose it).");
+}
+
+// `symmwin.TimeoutError` (a DistBackendError), and the translation of the core's
+// timeouts into it.
+void def_timeout_error(py::module_& m) {
+  // Leaked on purpose: the class must outlive every exception raised at exit.
+  static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
+      PyErr_NewExceptionWithDoc(
+          "symmwin.TimeoutError",
+          "symmwin's own timeout: peers did not arrive in time (a DistBackendError).",
+          py::module_::import("torch.distributed").attr("DistBackendError").ptr(),
+          nullptr)));
+  m.attr("TimeoutError") = *timeout_error;
+  // Global, not module-local: the error is raised inside torch's own bindings
+  // (symm_mem.rendezvous, hdl.barrier, ...). Newer translators are tried first.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) {
+        std::rethrow_exception(p);
+      }
+    } catch (const SymmwinTimeoutError& e) {
+      PyErr_SetString(timeout_error->ptr(), e.what_without_backtrace());
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
+  m.def(
+      "register",
+      &register_backends,
+      "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
+  def_handle_queries(m);
   m.def(
       "handle_type",
       &handle_type,
@@ -792,25 +821,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "version",
       [] { return std::string(symmwin_version()); },
       "The core's version and the git commit it was built from.");
-  // Leaked on purpose: the class must outlive every exception raised at exit.
-  static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
-      PyErr_NewExceptionWithDoc(
-          "symmwin.TimeoutError",
-          "symmwin's own timeout: peers did not arrive in time (a DistBackendError).",
-          py::module_::import("torch.distributed").attr("DistBackendError").ptr(),
-          nullptr)));
-  m.attr("TimeoutError") = *timeout_error;
-  // Global, not module-local: the error is raised inside torch's own bindings
-  // (symm_mem.rendezvous, hdl.barrier, ...). Newer translators are tried first.
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) {
-        std::rethrow_exception(p);
-      }
-    } catch (const SymmwinTimeoutError& e) {
-      PyErr_SetString(timeout_error->ptr(), e.what_without_backtrace());
-    }
-  });
+  def_timeout_error(m);
   m.def(
       "allocation_count",
       &symmwin_allocation_count,
