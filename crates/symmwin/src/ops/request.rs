@@ -61,7 +61,7 @@ pub enum OpRequest<'a> {
     /// this provider, not necessarily symmetric, readable and live) into `peer`'s
     /// `dst`, then signal `peer` on channel 0 of the context's pads (the pad protocol;
     /// torch's `nccl_put_signal`). The receiver's `wait_signal` is
-    /// [`crate::provider::Signals::wait`] on the same channel.
+    /// a [`crate::provider::PadSignal::Wait`] on the same channel.
     PutSignal {
         /// Address of the source bytes in this process.
         src: usize,
