@@ -3,9 +3,9 @@
 
     python3 bench/ops.py --out bench/results_ops      # driver: one job per backend
 
-As in bench/compare.py (whose job and timing harness, bench/symmbench, this file
-reuses), a process picks its
-SymmetricMemory backend once, so the driver starts one torchrun job per backend:
+As in bench/compare.py (whose driver, worker and timing harness in bench/symmbench this
+file reuses), a process picks its SymmetricMemory backend once, so the driver starts one
+torchrun job per backend:
 - SYMMWIN: ``torch.ops.symmwin.all_to_all`` on each engine (sm, copy_engine, auto),
   ``all_to_all_vdev`` with equal splits, ``broadcast`` on each engine, and the MoE
   dispatch / combine (``all_to_all_vdev_2d`` / ``_2d_offset``);
@@ -33,11 +33,12 @@ import sys
 from pathlib import Path
 
 from symmbench.defaults import size_label
+from symmbench.driver import run_jobs
 from symmbench.examples import SAFE_ENV
 from symmbench.report import med_rng
-from symmbench.timing import iters_for
+from symmbench.timing import MODES, iters_for
 from symmbench.versions import versions
-from symmbench.worker import Job
+from symmbench.worker import Job, worker_main
 
 HERE = Path(__file__).resolve().parent
 KIB = 1024
@@ -47,19 +48,13 @@ HIDDEN = 7168
 TOPK = 8
 
 
-class OpsWorker(Job):
-    def rec(self, kind, impl, size, mode, us, out_bytes, **extra):
-        item = {"kind": kind, "impl": impl, "size": size, "mode": mode, "us": us,
-                "gbs": [out_bytes / t / 1e3 for t in us], **extra}
-        self.h.items.append(item)
-        med = statistics.median(us)
-        self.h.log(f"{kind:9s} {impl:34s} {str(size):>10} {mode:5s} {med:9.2f} us "
-                 f"[{min(us):.2f}-{max(us):.2f}] {out_bytes / med / 1e3:7.1f} GB/s")
+class OpsJob(Job):
+    """One job of the ops benchmark: symmbench's job (process group, backend, harness)
+    with the ops' cases instead of compare.py's."""
 
     def both_modes(self, kind, impl, size, fn, out_bytes, iters, **extra):
-        for graph in (False, True):
-            mode = "graph" if graph else "eager"
-            self.h.guarded(f"{impl} {size} {mode}", lambda: self.rec(
+        for mode, graph in MODES:
+            self.h.guarded(f"{impl} {size} {mode}", lambda: self.h.record(
                 kind, impl, size, mode, self.h.time_gpu(fn, iters, graph), out_bytes, **extra))
 
     def sym(self, shape, dtype):
@@ -184,17 +179,6 @@ class OpsWorker(Job):
                 "errors": self.h.errors, "versions": versions(self.torch)}
 
 
-def worker_main(args) -> int:
-    w = OpsWorker(args)
-    result = w.run()
-    if w.rank == 0:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    w.torch.cuda.synchronize()
-    w.dist.barrier()
-    w.dist.destroy_process_group()
-    return 0
-
-
 def report(results, out: Path) -> str:
     vers = next((r["versions"] for r in results if r.get("versions")), {})
     world = next((r["world"] for r in results if r.get("world")), "?")
@@ -240,49 +224,6 @@ def report(results, out: Path) -> str:
     return md
 
 
-def run_jobs(args) -> list[dict]:
-    """One torchrun job per backend, each writing its JSON; a job past its limit is
-    ended with all its ranks and reported as an error row."""
-    import signal
-    import subprocess
-    import time
-
-    raw = Path(args.raw) if args.raw else Path(args.out) / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-            "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(SAFE_ENV)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    results = []
-    for i, backend in enumerate(args.backends):
-        js = raw / f"{backend}.json"
-        js.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
-               f"--master_port={args.port + i}", str(Path(__file__).resolve()), "--worker", backend,
-               "--json", str(js), "--repeats", str(args.repeats), "--sizes-kib", *map(str, args.sizes_kib)]
-        print(f"== {backend}: {' '.join(cmd)}", flush=True)
-        t0 = time.time()
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-        try:
-            text, _ = p.communicate(timeout=args.job_timeout)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            text, _ = p.communicate()
-            rc = f"timeout after {args.job_timeout} s"
-        (raw / f"{backend}.log").write_text(text)
-        tail = "\n".join(text.splitlines()[-8:])
-        print(f"== {backend}: rc={rc} in {time.time() - t0:.0f}s\n{tail}", flush=True)
-        if js.exists():
-            results.append(json.loads(js.read_text()))
-        else:
-            results.append({"backend": backend, "items": [],
-                            "errors": [{"what": "job", "error": f"rc={rc}; see {backend}.log"}]})
-    return results
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(HERE / "results_ops"))
@@ -300,14 +241,12 @@ def main() -> int:
     for k, v in SAFE_ENV.items():
         os.environ[k] = v
     if args.worker:
-        if args.worker == "SYMMWIN":
-            import symmwin  # noqa: F401  registers SYMMWIN and torch.ops.symmwin
-        return worker_main(args)
+        return worker_main(args, OpsJob)
     if not args.nproc:
         import torch
 
         args.nproc = max(1, torch.cuda.device_count())
-    results = run_jobs(args)
+    results = run_jobs(args, Path(__file__))
     print(report(results, Path(args.out)), flush=True)
     return 0
 

@@ -138,16 +138,14 @@ struct VarShape {
   int64_t major_align;
 };
 
-// Checks shared by the real and the Meta kernels.
-void check_var(
+// Every operand on input's device and contiguous.
+void check_var_placement(
     const char* op,
-    const VarShape& v,
+    const char* splits_name,
     const at::Tensor& input,
     const at::Tensor& out,
     const at::Tensor& splits,
     const at::Tensor& out_splits_offsets) {
-  const char* splits_name =
-      v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
   for (auto [t, what] : {std::pair{&out, "out"},
                          std::pair{&splits, splits_name},
                          std::pair{&out_splits_offsets, "out_splits_offsets"}}) {
@@ -159,6 +157,15 @@ void check_var(
                          std::pair{&out_splits_offsets, "out_splits_offsets"}}) {
     require_contiguous(op, *t, what);
   }
+}
+
+// Rows of the same dtype and stride in input and out; int64 split tables.
+void check_var_types(
+    const char* op,
+    const at::Tensor& input,
+    const at::Tensor& out,
+    const at::Tensor& splits,
+    const at::Tensor& out_splits_offsets) {
   TORCH_CHECK(
       input.dim() >= 1 && out.dim() >= 1,
       "symmwin.",
@@ -186,6 +193,15 @@ void check_var(
       splits.scalar_type(),
       " and ",
       out_splits_offsets.scalar_type());
+}
+
+// The split tables' shapes: in_splits 1-D (in_splits_offsets [2, n] for combine),
+// out_splits_offsets [2, n].
+void check_var_tables(
+    const char* op,
+    const VarShape& v,
+    const at::Tensor& splits,
+    const at::Tensor& out_splits_offsets) {
   int64_t nsplits = 0;
   if (v.shape == SYMMWIN_A2A_COMBINE) {
     TORCH_CHECK(
@@ -213,6 +229,21 @@ void check_var(
       nsplits,
       "], not ",
       out_splits_offsets.sizes());
+}
+
+// Checks shared by the real and the Meta kernels.
+void check_var(
+    const char* op,
+    const VarShape& v,
+    const at::Tensor& input,
+    const at::Tensor& out,
+    const at::Tensor& splits,
+    const at::Tensor& out_splits_offsets) {
+  const char* splits_name =
+      v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
+  check_var_placement(op, splits_name, input, out, splits, out_splits_offsets);
+  check_var_types(op, input, out, splits, out_splits_offsets);
+  check_var_tables(op, v, splits, out_splits_offsets);
   TORCH_CHECK(
       v.shape != SYMMWIN_A2A_DISPATCH || v.major_align > 0,
       "symmwin.",
@@ -373,7 +404,7 @@ Bound bind_sigpad(const Bound& data, const at::Tensor& sigpad, const char* op) {
   SymmwinWindowInfo info{};
   check(op, symmwin_window_info(window, &info));
   void* pad_ptr = nullptr;
-  check(op, symmwin_window_pad_ptr(window, info.rank, &pad_ptr));
+  check(op, symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, info.rank, &pad_ptr));
   const auto pad = reinterpret_cast<uintptr_t>(pad_ptr);
   const auto ptr = reinterpret_cast<uintptr_t>(sigpad.data_ptr());
   if (pad != 0 && ptr >= pad && ptr + bytes(sigpad) <= pad + info.pad_size) {

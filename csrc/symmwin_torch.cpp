@@ -350,12 +350,10 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
     mapped_.resize(info_.world);
     check(symmwin_window_mapped(window_.get(), mapped_.data(), mapped_.size()));
     for (int r = 0; r < info_.world; ++r) {
-      // torch's contract for peers that are not mapped (another host): a null pointer.
-      buffers_.push_back(
-          mapped_[r] ? reinterpret_cast<void*>(info_.base + r * info_.stride) : nullptr);
-      void* pad = nullptr;
-      check(symmwin_window_pad_ptr(window_.get(), r, &pad));
-      pads_.push_back(pad);
+      // The core's pointers: null for peers that are not mapped (another host), as
+      // torch's contract wants.
+      buffers_.push_back(peer_ptr(SYMMWIN_BUFFER_PTRS, r));
+      pads_.push_back(peer_ptr(SYMMWIN_PAD_PTRS, r));
     }
     global_ranks_.resize(info_.world);
     check(symmwin_window_global_ranks(
@@ -419,17 +417,18 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
   void barrier(int channel, size_t timeout_ms) override {
-    check(symmwin_window_barrier(window_.get(), channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream()));
   }
 
   void put_signal(int dst_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_put_signal(
-        window_.get(), dst_rank, channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream()));
   }
 
   void wait_signal(int src_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_wait_signal(
-        window_.get(), src_rank, channel, timeout_ms, stream()));
+    check(symmwin_window_signal(
+        window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream()));
   }
 
   int get_rank() override {
@@ -457,6 +456,13 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
  private:
+  // Rank `rank`'s buffer or signal pad (`what`), as the core computes it.
+  void* peer_ptr(int what, int rank) {
+    void* ptr = nullptr;
+    check(symmwin_window_peer_ptr(window_.get(), what, rank, &ptr));
+    return ptr;
+  }
+
   void require_all_mapped(const char* what) {
     if (world_within_direct_access()) {
       return;
@@ -656,15 +662,14 @@ void register_backends() {
   });
 }
 
-py::tuple flat_layout(const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-  TORCH_CHECK(handle, "flat_layout: handle is None");
-  if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+py::tuple flat_layout(sm::SymmetricMemory& handle) {
+  if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(&handle)) {
     // The core's layout (rank 0 may be on another host, a null pointer: the span is
-    // still reserved). Nothing to check: our buffer pointers are made from it.
+    // still reserved). Nothing to check: our buffer pointers are the core's.
     return py::make_tuple(ours->info().base, ours->info().stride);
   }
   // Another backend's handle: its pointers must be evenly spaced to be one span.
-  const auto ptrs = handle->get_buffer_ptrs();
+  const auto ptrs = handle.get_buffer_ptrs();
   const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
   uintptr_t stride = 0;
   if (ptrs.size() > 1) {
@@ -718,34 +723,37 @@ void symmwin_torch::check_op(const char* op, SymmwinStatus status) {
   TORCH_CHECK(false, message);
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
+// `m.<name>(handle)`: `fn(*handle)`, with an error naming `name` when handle is None.
+template <typename F>
+void def_on_handle(py::module_& m, const char* name, F fn, const char* doc) {
   m.def(
-      "register",
-      &register_backends,
-      "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
-  m.def(
-      "flat_layout",
-      &flat_layout,
-      py::arg("handle"),
-      "(base, stride) with buffer_ptrs[r] == base + r * stride.");
-  m.def(
-      "rank_to_global",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "rank_to_global: handle is None");
-        return handle->get_rank_to_global_rank();
+      name,
+      [name, fn](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
+        TORCH_CHECK(handle, name, ": handle is None");
+        return fn(*handle);
       },
       py::arg("handle"),
+      doc);
+}
+
+// The functions of one SymmetricMemory handle (any backend's) torch does not expose.
+void def_handle_queries(py::module_& m) {
+  def_on_handle(
+      m, "flat_layout", flat_layout, "(base, stride) with buffer_ptrs[r] == base + r * stride.");
+  def_on_handle(
+      m,
+      "rank_to_global",
+      [](sm::SymmetricMemory& handle) { return handle.get_rank_to_global_rank(); },
       "Global rank of every group rank of a handle.");
-  m.def(
+  def_on_handle(
+      m,
       "direct_peers",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "direct_peers: handle is None");
-        if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(handle.get())) {
+      [](sm::SymmetricMemory& handle) {
+        if (auto* ours = dynamic_cast<SymmwinSymmetricMemory*>(&handle)) {
           return ours->direct_peers();
         }
         std::vector<int> peers;
-        const auto ptrs = handle->get_buffer_ptrs();
+        const auto ptrs = handle.get_buffer_ptrs();
         for (size_t r = 0; r < ptrs.size(); ++r) {
           if (ptrs[r] != nullptr) {
             peers.push_back(static_cast<int>(r));
@@ -753,16 +761,45 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         return peers;
       },
-      py::arg("handle"),
       "Ranks whose memory a handle maps (load/store reachable), in rank order.");
-  m.def(
+  def_on_handle(
+      m,
       "world_within_direct_access",
-      [](const c10::intrusive_ptr<sm::SymmetricMemory>& handle) {
-        TORCH_CHECK(handle, "world_within_direct_access: handle is None");
-        return handle->world_within_direct_access();
-      },
-      py::arg("handle"),
+      [](sm::SymmetricMemory& handle) { return handle.world_within_direct_access(); },
       "True when every rank of the handle's group is mapped (torch does not expose it).");
+}
+
+// `symmwin.TimeoutError` (a DistBackendError), and the translation of the core's
+// timeouts into it.
+void def_timeout_error(py::module_& m) {
+  // Leaked on purpose: the class must outlive every exception raised at exit.
+  static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
+      PyErr_NewExceptionWithDoc(
+          "symmwin.TimeoutError",
+          "symmwin's own timeout: peers did not arrive in time (a DistBackendError).",
+          py::module_::import("torch.distributed").attr("DistBackendError").ptr(),
+          nullptr)));
+  m.attr("TimeoutError") = *timeout_error;
+  // Global, not module-local: the error is raised inside torch's own bindings
+  // (symm_mem.rendezvous, hdl.barrier, ...). Newer translators are tried first.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) {
+        std::rethrow_exception(p);
+      }
+    } catch (const SymmwinTimeoutError& e) {
+      PyErr_SetString(timeout_error->ptr(), e.what_without_backtrace());
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "symmwin's torch backend (C++ side); use the `symmwin` package.";
+  m.def(
+      "register",
+      &register_backends,
+      "Make SYMMWIN (CUDA) and SYMMWIN_HOST (CPU) available to set_backend. Idempotent.");
+  def_handle_queries(m);
   m.def(
       "handle_type",
       &handle_type,
@@ -784,25 +821,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "version",
       [] { return std::string(symmwin_version()); },
       "The core's version and the git commit it was built from.");
-  // Leaked on purpose: the class must outlive every exception raised at exit.
-  static auto* timeout_error = new py::object(py::reinterpret_steal<py::object>(
-      PyErr_NewExceptionWithDoc(
-          "symmwin.TimeoutError",
-          "symmwin's own timeout: peers did not arrive in time (a DistBackendError).",
-          py::module_::import("torch.distributed").attr("DistBackendError").ptr(),
-          nullptr)));
-  m.attr("TimeoutError") = *timeout_error;
-  // Global, not module-local: the error is raised inside torch's own bindings
-  // (symm_mem.rendezvous, hdl.barrier, ...). Newer translators are tried first.
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) {
-        std::rethrow_exception(p);
-      }
-    } catch (const SymmwinTimeoutError& e) {
-      PyErr_SetString(timeout_error->ptr(), e.what_without_backtrace());
-    }
-  });
+  def_timeout_error(m);
   m.def(
       "allocation_count",
       &symmwin_allocation_count,

@@ -66,8 +66,9 @@ class Job:
         }
 
 
-def worker_main(args) -> int:
-    job = Job(args)
+def worker_main(args, job_class=Job) -> int:
+    """Run one job of `job_class` (a `Job`) on this rank; rank 0 writes its results."""
+    job = job_class(args)
     result = job.run()
     if job.rank == 0:
         Path(args.json).write_text(json.dumps(result, indent=1))

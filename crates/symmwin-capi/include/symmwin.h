@@ -10,12 +10,14 @@
 #include <stdlib.h>
 
 /**
- * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer.
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
+ * `symmwin_window_peer_ptr` kind).
  */
 #define SYMMWIN_BUFFER_PTRS 0
 
 /**
- * `symmwin_window_table_dev` table: `void*[world]`, every rank's signal pad.
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's signal pad (also a
+ * `symmwin_window_peer_ptr` kind).
  */
 #define SYMMWIN_PAD_PTRS 1
 
@@ -68,6 +70,22 @@
  * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from the peer to us.
  */
 #define SYMMWIN_RECV 1
+
+/**
+ * `symmwin_window_signal`: signal every rank, then wait for every rank (`peer` is not
+ * read).
+ */
+#define SYMMWIN_SIGNAL_BARRIER 0
+
+/**
+ * `symmwin_window_signal`: signal rank `peer`.
+ */
+#define SYMMWIN_SIGNAL_PUT 1
+
+/**
+ * `symmwin_window_signal`: wait for rank `peer`'s signal.
+ */
+#define SYMMWIN_SIGNAL_WAIT 2
 
 /**
  * Result of every call.
@@ -221,7 +239,8 @@ typedef struct {
  */
 typedef struct {
   /**
-   * Address of rank 0's memory; rank r's is `base + r * stride`.
+   * Address of rank 0's slot of the window's span (`symmwin_window_peer_ptr` gives
+   * each rank's memory, NULL where it is not mapped here).
    */
   size_t base;
   /**
@@ -543,13 +562,17 @@ void symmwin_window_release(SymmwinWindow *w);
 SymmwinStatus symmwin_window_info(const SymmwinWindow *w, SymmwinWindowInfo *out);
 
 /**
- * Signal pad address of `rank`.
+ * Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`) or signal pad
+ * (`SYMMWIN_PAD_PTRS`) in this process; any other `what` is
+ * `SYMMWIN_INVALID_ARGUMENT`. NULL for a rank whose memory is not mapped here (a
+ * rank on another host of a group spanning hosts), and for the pad of a window
+ * without pads.
  *
  * # Safety
  * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
  * is not yet released. `out` is NULL or points to writable storage for the result.
  */
-SymmwinStatus symmwin_window_pad_ptr(const SymmwinWindow *w, int rank, void **out);
+SymmwinStatus symmwin_window_peer_ptr(const SymmwinWindow *w, int what, int rank, void **out);
 
 /**
  * Device-visible address of one of the window's tables (host address for host
@@ -570,49 +593,6 @@ SymmwinStatus symmwin_window_table_dev(const SymmwinWindow *w, int table, void *
  * is not yet released. `out` is NULL or has room for `len` ints.
  */
 SymmwinStatus symmwin_window_global_ranks(const SymmwinWindow *w, int *out, size_t len);
-
-/**
- * Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
- * memory). `timeout_ms` 0 uses the group's timeout on the host (`SYMMWIN_TIMEOUT_MS`
- * when set, else the process group's, see `symmwin_group_init`) and on the device
- * `SYMMWIN_TIMEOUT_MS`, else 60 s. On the device a wait that runs out traps: the
- * stream's next synchronization fails and every later call returns
- * `SYMMWIN_CONTEXT_LOST`.
- *
- * # Safety
- * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
- * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
- */
-SymmwinStatus symmwin_window_barrier(const SymmwinWindow *w,
-                                     int channel,
-                                     uint64_t timeout_ms,
-                                     void *stream);
-
-/**
- * Signal rank `dst` on `channel`.
- *
- * # Safety
- * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
- * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
- */
-SymmwinStatus symmwin_window_put_signal(const SymmwinWindow *w,
-                                        int dst,
-                                        int channel,
-                                        uint64_t timeout_ms,
-                                        void *stream);
-
-/**
- * Wait for rank `src`'s signal on `channel`.
- *
- * # Safety
- * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
- * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
- */
-SymmwinStatus symmwin_window_wait_signal(const SymmwinWindow *w,
-                                         int src,
-                                         int channel,
-                                         uint64_t timeout_ms,
-                                         void *stream);
 
 /**
  * Write `"posix_fd"` or `"fabric"` (the probed handle type of `device`) into `buf`.
@@ -812,6 +792,26 @@ SymmwinStatus symmwin_group_set_remote(const char *name, int device, SymmwinRemo
  * is not yet released. `out` is NULL or has room for `len` bytes.
  */
 SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t len);
+
+/**
+ * One signal operation `op` (`SYMMWIN_SIGNAL_BARRIER`, `SYMMWIN_SIGNAL_PUT` or
+ * `SYMMWIN_SIGNAL_WAIT`; any other value is `SYMMWIN_INVALID_ARGUMENT`) with `peer`
+ * on `channel`, ordered on CUDA `stream` (ignored for host memory). `timeout_ms` 0
+ * uses the group's timeout on the host (`SYMMWIN_TIMEOUT_MS` when set, else the
+ * process group's, see `symmwin_group_init`) and on the device `SYMMWIN_TIMEOUT_MS`,
+ * else 60 s. On the device a wait that runs out traps: the stream's next
+ * synchronization fails and every later call returns `SYMMWIN_CONTEXT_LOST`.
+ *
+ * # Safety
+ * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
+ * is not yet released. `stream` is NULL or a CUDA stream of the window's device.
+ */
+SymmwinStatus symmwin_window_signal(const SymmwinWindow *w,
+                                    int op,
+                                    int peer,
+                                    int channel,
+                                    uint64_t timeout_ms,
+                                    void *stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 mod ops;
 mod remote;
+mod signal;
 mod store;
 
 use std::cell::RefCell;
@@ -24,6 +25,7 @@ use symmwin::{
 // Every entry point is reachable from Rust too, for the ABI's own tests.
 pub use ops::*;
 pub use remote::*;
+pub use signal::*;
 pub use store::{SymmwinSink, SymmwinStore, SymmwinStoreError};
 
 /// Result of every call.
@@ -65,7 +67,8 @@ pub struct SymmwinWindow {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SymmwinWindowInfo {
-    /// Address of rank 0's memory; rank r's is `base + r * stride`.
+    /// Address of rank 0's slot of the window's span (`symmwin_window_peer_ptr` gives
+    /// each rank's memory, NULL where it is not mapped here).
     pub base: usize,
     /// Distance between ranks' memory.
     pub stride: usize,
@@ -131,6 +134,19 @@ fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
 }
 
 /// The process's configuration, read once; the first use also sets up `SYMMWIN_LOG`.
+/// [`guard`] for an entry point with one result: `f`'s value, written to `*out`.
+///
+/// # Safety
+/// `out` is NULL or points to writable storage for a `T`.
+unsafe fn guard_out<T>(out: *mut T, f: impl FnOnce() -> symmwin::Result<T>) -> SymmwinStatus {
+    guard(|| {
+        // SAFETY: a propagation of the caller's assertion.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = f()?;
+        Ok(SymmwinOk)
+    })
+}
+
 fn config() -> symmwin::Result<Config> {
     // Keep the reason alone: `Error::invalid` adds the prefix again.
     static CONFIG: LazyLock<Result<Config, String>> = LazyLock::new(|| {
@@ -255,12 +271,9 @@ pub unsafe extern "C" fn symmwin_alloc(
     size: usize,
     out: *mut *mut c_void,
 ) -> SymmwinStatus {
-    guard(|| {
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let out = unsafe { out_arg(out, "out") }?;
-        *out = REGISTRY.alloc(provider(device)?, size)? as *mut c_void;
-        Ok(SymmwinOk)
-    })
+    let alloc = || Ok(REGISTRY.alloc(provider(device)?, size)? as *mut c_void);
+    // SAFETY: the pointers meet the `# Safety` contract of this entry point.
+    unsafe { guard_out(out, alloc) }
 }
 
 /// Free an allocation made by `symmwin_alloc`. Local: windows made from it stay valid.
@@ -539,31 +552,46 @@ pub unsafe extern "C" fn symmwin_window_info(
     })
 }
 
-/// Signal pad address of `rank`.
+/// Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`) or signal pad
+/// (`SYMMWIN_PAD_PTRS`) in this process; any other `what` is
+/// `SYMMWIN_INVALID_ARGUMENT`. NULL for a rank whose memory is not mapped here (a
+/// rank on another host of a group spanning hosts), and for the pad of a window
+/// without pads.
 ///
 /// # Safety
 /// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
 /// is not yet released. `out` is NULL or points to writable storage for the result.
 #[no_mangle]
-pub unsafe extern "C" fn symmwin_window_pad_ptr(
+pub unsafe extern "C" fn symmwin_window_peer_ptr(
     w: *const SymmwinWindow,
+    what: c_int,
     rank: c_int,
     out: *mut *mut c_void,
 ) -> SymmwinStatus {
-    guard(|| {
+    let ptr = || {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let h = unsafe { window_arg(w) }?;
         let r = rank_arg(rank, h.window.world())?;
-        let pads = h.window.pad_ptrs();
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        *unsafe { out_arg(out, "out") }? = pads.get(r).copied().unwrap_or(0) as *mut c_void;
-        Ok(SymmwinOk)
-    })
+        let ptrs = match what {
+            SYMMWIN_BUFFER_PTRS => h.window.ptrs(),
+            SYMMWIN_PAD_PTRS => h.window.pad_ptrs(),
+            other => {
+                return Err(symmwin::Error::invalid(format!(
+                    "unknown pointer kind {other} (SYMMWIN_BUFFER_PTRS or SYMMWIN_PAD_PTRS)"
+                )))
+            }
+        };
+        Ok(ptrs.get(r).copied().unwrap_or(0) as *mut c_void)
+    };
+    // SAFETY: as above.
+    unsafe { guard_out(out, ptr) }
 }
 
-/// `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer.
+/// `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
+/// `symmwin_window_peer_ptr` kind).
 pub const SYMMWIN_BUFFER_PTRS: c_int = 0;
-/// `symmwin_window_table_dev` table: `void*[world]`, every rank's signal pad.
+/// `symmwin_window_table_dev` table: `void*[world]`, every rank's signal pad (also a
+/// `symmwin_window_peer_ptr` kind).
 pub const SYMMWIN_PAD_PTRS: c_int = 1;
 /// `symmwin_window_table_dev` table: `int[world]`, global rank of every group rank.
 pub const SYMMWIN_GLOBAL_RANKS: c_int = 2;
@@ -624,81 +652,6 @@ pub unsafe extern "C" fn symmwin_window_global_ranks(
         }
         // SAFETY: `out` has room for `len >= ranks.len()` ints (checked above).
         unsafe { std::ptr::copy_nonoverlapping(ranks.as_ptr(), out, ranks.len()) };
-        Ok(SymmwinOk)
-    })
-}
-
-/// Barrier over every rank on `channel`, ordered on CUDA `stream` (ignored for host
-/// memory). `timeout_ms` 0 uses the group's timeout on the host (`SYMMWIN_TIMEOUT_MS`
-/// when set, else the process group's, see `symmwin_group_init`) and on the device
-/// `SYMMWIN_TIMEOUT_MS`, else 60 s. On the device a wait that runs out traps: the
-/// stream's next synchronization fails and every later call returns
-/// `SYMMWIN_CONTEXT_LOST`.
-///
-/// # Safety
-/// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
-/// is not yet released. `stream` is NULL or a CUDA stream of the window's device.
-#[no_mangle]
-pub unsafe extern "C" fn symmwin_window_barrier(
-    w: *const SymmwinWindow,
-    channel: c_int,
-    timeout_ms: u64,
-    stream: *mut c_void,
-) -> SymmwinStatus {
-    guard(|| {
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let h = unsafe { window_arg(w) }?;
-        let channel = channel_arg(channel)?;
-        h.window
-            .barrier(signal_options(channel, timeout_ms, stream))?;
-        Ok(SymmwinOk)
-    })
-}
-
-/// Signal rank `dst` on `channel`.
-///
-/// # Safety
-/// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
-/// is not yet released. `stream` is NULL or a CUDA stream of the window's device.
-#[no_mangle]
-pub unsafe extern "C" fn symmwin_window_put_signal(
-    w: *const SymmwinWindow,
-    dst: c_int,
-    channel: c_int,
-    timeout_ms: u64,
-    stream: *mut c_void,
-) -> SymmwinStatus {
-    guard(|| {
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let h = unsafe { window_arg(w) }?;
-        let dst = rank_arg(dst, h.window.world())?;
-        let channel = channel_arg(channel)?;
-        h.window
-            .put_signal(dst, signal_options(channel, timeout_ms, stream))?;
-        Ok(SymmwinOk)
-    })
-}
-
-/// Wait for rank `src`'s signal on `channel`.
-///
-/// # Safety
-/// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
-/// is not yet released. `stream` is NULL or a CUDA stream of the window's device.
-#[no_mangle]
-pub unsafe extern "C" fn symmwin_window_wait_signal(
-    w: *const SymmwinWindow,
-    src: c_int,
-    channel: c_int,
-    timeout_ms: u64,
-    stream: *mut c_void,
-) -> SymmwinStatus {
-    guard(|| {
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let h = unsafe { window_arg(w) }?;
-        let src = rank_arg(src, h.window.world())?;
-        let channel = channel_arg(channel)?;
-        h.window
-            .wait_signal(src, signal_options(channel, timeout_ms, stream))?;
         Ok(SymmwinOk)
     })
 }

@@ -72,6 +72,20 @@ unsafe fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
     })
 }
 
+/// An operand and a rank of its window's group (a root or a peer), checked.
+///
+/// # Safety
+/// As [`operand`].
+unsafe fn operand_and_rank<'a>(
+    op: &SymmwinOperand,
+    rank: c_int,
+) -> symmwin::Result<(Operand<'a>, usize)> {
+    // SAFETY: a propagation of the caller's assertion.
+    let op = unsafe { operand(op) }?;
+    let rank = rank_arg(rank, op.window.world())?;
+    Ok((op, rank))
+}
+
 /// # Safety
 /// `opts` is NULL or points to a readable `SymmwinOpOptions`.
 unsafe fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
@@ -201,10 +215,8 @@ pub unsafe extern "C" fn symmwin_op_broadcast(
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let b = unsafe { operand(&buf) }?;
-        let root = rank_arg(root, b.window.world())?;
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        ok(collective::broadcast(b, root, &unsafe { options(opts) }?))
+        let ((b, root), opts) = unsafe { (operand_and_rank(&buf, root)?, options(opts)?) };
+        ok(collective::broadcast(b, root, &opts))
     })
 }
 
@@ -224,12 +236,8 @@ pub unsafe extern "C" fn symmwin_op_put_get(
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let b = unsafe { operand(&buf) }?;
-        let peer = rank_arg(peer, b.window.world())?;
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        ok(collective::put_or_get(b, peer, into_peer != 0, &unsafe {
-            options(opts)
-        }?))
+        let ((b, peer), opts) = unsafe { (operand_and_rank(&buf, peer)?, options(opts)?) };
+        ok(collective::put_or_get(b, peer, into_peer != 0, &opts))
     })
 }
 
@@ -249,16 +257,10 @@ pub unsafe extern "C" fn symmwin_op_put_with_signal(
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let b = unsafe { operand(&buf) }?;
-        let peer = rank_arg(peer, b.window.world())?;
-        // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        ok(collective::put_with_signal(
-            b,
-            unsafe { operand(&sig) }?,
-            value,
-            peer,
-            &unsafe { options(opts) }?,
-        ))
+        let ((b, peer), sig) = unsafe { (operand_and_rank(&buf, peer)?, operand(&sig)?) };
+        // SAFETY: as above.
+        let opts = unsafe { options(opts) }?;
+        ok(collective::put_with_signal(b, sig, value, peer, &opts))
     })
 }
 
@@ -329,8 +331,7 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
             return Err(symmwin::Error::invalid("put_signal: src is NULL"));
         }
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let d = unsafe { operand(&dst) }?;
-        let peer = rank_arg(peer, d.window.world())?;
+        let (d, peer) = unsafe { operand_and_rank(&dst, peer) }?;
         // SAFETY: the caller guarantees `src..src+len` is readable memory of the
         // window's provider that outlives the op.
         ok(unsafe { collective::put_signal(src as usize, len, d, peer, &options(opts)?) })

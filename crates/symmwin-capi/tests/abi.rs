@@ -167,6 +167,13 @@ fn host_window(name: &str, size: usize) -> (*mut c_void, *mut SymmwinWindow) {
     (ptr, window)
 }
 
+/// Undo [`host_window`]: release the window once, then free its allocation.
+fn release_host_window(ptr: *mut c_void, window: *mut SymmwinWindow) {
+    // SAFETY: a live window from `host_window`, released once and not used again.
+    unsafe { symmwin_window_release(window) };
+    assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
 #[test]
 fn null_out_pointers_are_refused_and_allocate_nothing() {
     let before = symmwin_allocation_count();
@@ -266,9 +273,52 @@ fn a_table_that_does_not_exist_is_refused() {
             last_error()
         );
     }
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
+}
+
+#[test]
+fn peer_pointers_come_from_the_core_and_bad_arguments_are_refused() {
+    let (ptr, window) = host_window("abi-peer-ptrs", 4096);
+    let mut info = SymmwinWindowInfo::default();
+    // SAFETY: a live window and a writable out.
+    assert_eq!(unsafe { symmwin_window_info(window, &mut info) }, SymmwinOk);
+    let mut out = null_mut();
+    // SAFETY: as above.
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_BUFFER_PTRS, 0, &mut out) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    assert_eq!(
+        out as usize, info.base,
+        "rank 0's buffer is the slot at the base"
+    );
+    // SAFETY: as above.
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 0, &mut out) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    assert!(!out.is_null(), "a window of 64 pad bytes has a pad");
+    // SAFETY: a NULL window is what is under test.
+    let status = unsafe { symmwin_window_peer_ptr(null(), SYMMWIN_BUFFER_PTRS, 0, &mut out) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    assert!(last_error().contains("window is NULL"), "{}", last_error());
+    for rank in [-1, 1, c_int::MAX] {
+        // SAFETY: a live window and a writable out.
+        let status =
+            unsafe { symmwin_window_peer_ptr(window, SYMMWIN_BUFFER_PTRS, rank, &mut out) };
+        assert_eq!(status, SymmwinInvalidArgument, "rank {rank}");
+        assert!(
+            last_error().contains(&format!("rank {rank} out of range for world size 1")),
+            "{}",
+            last_error()
+        );
+    }
+    for what in [SYMMWIN_GLOBAL_RANKS, 3, -1] {
+        // SAFETY: as above.
+        let status = unsafe { symmwin_window_peer_ptr(window, what, 0, &mut out) };
+        assert_eq!(status, SymmwinInvalidArgument, "kind {what}");
+        assert!(last_error().contains(&format!("unknown pointer kind {what}")));
+    }
+    // SAFETY: a NULL out is what is under test; it is checked before any write.
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 0, null_mut()) };
+    assert_eq!(status, SymmwinInvalidArgument);
+    release_host_window(ptr, window);
 }
 
 #[test]
@@ -276,27 +326,39 @@ fn ranks_and_channels_out_of_range_are_refused() {
     let (ptr, window) = host_window("abi-ranks", 4096);
     let mut pad = null_mut();
     // SAFETY: a live window and a writable out.
-    let status = unsafe { symmwin_window_pad_ptr(window, 1, &mut pad) };
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 1, &mut pad) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(last_error().contains("rank 1 out of range for world size 1"));
-    // SAFETY: a live window, no stream (host memory).
-    let status = unsafe { symmwin_window_put_signal(window, -1, 0, 100, null_mut()) };
-    assert_eq!(status, SymmwinInvalidArgument);
+    for op in [SYMMWIN_SIGNAL_PUT, SYMMWIN_SIGNAL_WAIT] {
+        // SAFETY: a live window, no stream (host memory).
+        let status = unsafe { symmwin_window_signal(window, op, -1, 0, 100, null_mut()) };
+        assert_eq!(status, SymmwinInvalidArgument);
+        assert!(last_error().contains("rank -1 out of range"));
+    }
     // SAFETY: as above.
-    let status = unsafe { symmwin_window_barrier(window, -2, 100, null_mut()) };
+    let status =
+        unsafe { symmwin_window_signal(window, SYMMWIN_SIGNAL_BARRIER, 0, -2, 100, null_mut()) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(
         last_error().contains("channel -2 is negative"),
         "{}",
         last_error()
     );
+    for op in [3, -1] {
+        // SAFETY: as above.
+        let status = unsafe { symmwin_window_signal(window, op, 0, 0, 100, null_mut()) };
+        assert_eq!(status, SymmwinInvalidArgument);
+        assert!(last_error().contains(&format!("unknown signal operation {op}")));
+    }
+    // SAFETY: as above; a barrier of one rank has no one to wait for.
+    let status =
+        unsafe { symmwin_window_signal(window, SYMMWIN_SIGNAL_BARRIER, 0, 0, 100, null_mut()) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
     let mut ranks = [0 as c_int; 1];
     // SAFETY: `ranks` has room for 0 ints, as `len` says.
     let status = unsafe { symmwin_window_global_ranks(window, ranks.as_mut_ptr(), 0) };
     assert_eq!(status, SymmwinInvalidArgument);
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]
@@ -325,9 +387,7 @@ fn a_bad_engine_and_null_operands_are_refused() {
     let status = unsafe { symmwin_op_all_to_all(operand(null()), operand(window), null()) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(last_error().contains("window is NULL"), "{}", last_error());
-    // SAFETY: the window is released once, then its allocation freed.
-    unsafe { symmwin_window_release(window) };
-    assert_eq!(symmwin_free(ptr), SymmwinOk);
+    release_host_window(ptr, window);
 }
 
 #[test]

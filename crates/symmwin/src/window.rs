@@ -7,7 +7,9 @@ use crate::allocation::Allocation;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
-use crate::provider::{PadLayout, ProviderInfo, ProviderKind, Signals, Span, Table};
+use crate::provider::{
+    PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
+};
 use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
@@ -340,33 +342,40 @@ impl Window {
             });
         }
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.barrier(pads, channel, t, stream)
+            s.signal(pads, PadSignal::Barrier, SignalAt::new(channel, t, stream))
         })
     }
 
     /// Signal rank `dst` on the channel of `options`.
     pub fn put_signal(&self, dst: usize, options: SignalOptions) -> Result<()> {
-        let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
-        if dst < self.world() && !self.is_mapped(dst) {
-            return self.spanning_op(options.timeout_given(), |s, t| {
-                s.remote_signal(dst, Direction::Send, channel, t, stream)
-            });
-        }
-        self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.put(pads, dst, channel, t, stream)
-        })
+        self.point_to_point(dst, Direction::Send, options)
     }
 
     /// Wait for rank `src`'s signal on the channel of `options`.
     pub fn wait_signal(&self, src: usize, options: SignalOptions) -> Result<()> {
+        self.point_to_point(src, Direction::Recv, options)
+    }
+
+    /// One signal to or from `peer`: through the pads where it is mapped here, through
+    /// the process-group backend where it is on another host.
+    fn point_to_point(
+        &self,
+        peer: usize,
+        direction: Direction,
+        options: SignalOptions,
+    ) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
-        if src < self.world() && !self.is_mapped(src) {
+        if peer < self.world() && !self.is_mapped(peer) {
             return self.spanning_op(options.timeout_given(), |s, t| {
-                s.remote_signal(src, Direction::Recv, channel, t, stream)
+                s.remote_signal(peer, direction, channel, t, stream)
             });
         }
+        let op = match direction {
+            Direction::Send => PadSignal::Put(peer),
+            Direction::Recv => PadSignal::Wait(peer),
+        };
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.wait(pads, src, channel, t, stream)
+            s.signal(pads, op, SignalAt::new(channel, t, stream))
         })
     }
 

@@ -19,23 +19,17 @@ use std::time::{Duration, Instant};
 use common::{mappings, open_fds, result, Job};
 use symmwin::provider::SharedHandle;
 use symmwin::store::Namespace;
+use symmwin::testing::Endpoint;
 use symmwin::testing::Request;
 use symmwin::testing::FABRIC_LEN;
-use symmwin::testing::{Endpoint, Round};
-use symmwin::token::stable_id;
 use symmwin::SignalOptions;
 use symmwin::{
     Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry, Store,
     Window,
 };
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, _rank, _world| match scenario {
-        "table" => table(),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "table" => |_, _| table(),
 }
 
 #[test]
@@ -44,12 +38,7 @@ fn every_bad_input_fails_clearly_leaks_nothing_and_spares_live_windows() {
     let outs = job.run(
         1,
         "table",
-        &[
-            ("SYMMWIN_TIMEOUT_MS", "1500".into()),
-            // One malloc arena: the threads that play peers must not make glibc map
-            // new arenas, which would look like leaks in the mapping count.
-            ("MALLOC_ARENA_MAX", "1".into()),
-        ],
+        &[common::timeout_ms(1500), common::one_malloc_arena()],
     );
     common::assert_all_success(&outs);
     eprintln!("{}", String::from_utf8_lossy(&outs[0].stderr));
@@ -448,46 +437,27 @@ const CASES: &[Case] = &[
     ),
     (
         "request claiming another rank",
-        |c| {
-            fake_request(c, |mut r, _| {
-                r.rank = 0;
-                r.encode()
-            })
-        },
+        |c| edited_request(c, |r| r.rank = 0),
         &["claims rank 0 under rank 1's key", "(peer=1)"],
     ),
     (
         "token that is not hex",
-        |c| {
-            fake_request(c, |mut r, _| {
-                r.token = "zz".repeat(16);
-                r.encode()
-            })
-        },
+        |c| edited_request(c, |r| r.token = "zz".repeat(16)),
         &[
             "key symmwin/fake/0/req/1: token is not 32 hex digits",
             "(peer=1)",
         ],
     ),
     (
-        "ranks disagree on world size",
+        "ranks disagree on world size, and on protocol version",
         |c| {
-            fake_request(c, |mut r, _| {
-                r.world = 3;
-                r.encode()
-            })
+            let world = edited_request(c, |r| r.world = 3);
+            format!("{world} | {}", edited_request(c, |r| r.version = 99))
         },
-        &["ranks disagree on world: 2 on rank(s) [0]; 3 on rank(s) [1]"],
-    ),
-    (
-        "ranks disagree on protocol version",
-        |c| {
-            fake_request(c, |mut r, _| {
-                r.version = 99;
-                r.encode()
-            })
-        },
-        &["ranks disagree on version: 3 on rank(s) [0]; 99 on rank(s) [1]"],
+        &[
+            "ranks disagree on world: 2 on rank(s) [0]; 3 on rank(s) [1]",
+            "ranks disagree on version: 3 on rank(s) [0]; 99 on rank(s) [1]",
+        ],
     ),
     (
         "request whose locality is not one",
@@ -511,23 +481,13 @@ const CASES: &[Case] = &[
     ),
     (
         "request naming a socket outside a private directory",
-        |c| {
-            fake_request(c, |mut r, c| {
-                r.socket = open_socket(c);
-                r.encode()
-            })
-        },
+        |c| edited_request(c, |r| r.socket = open_socket(c)),
         // The socket probe refuses it before any handle is sent.
         &["[exchange] peer 1", "lies in another directory here"],
     ),
     (
         "request naming a socket that does not exist",
-        |c| {
-            fake_request(c, |mut r, c| {
-                r.socket = c.scratch.join("nowhere.sock");
-                r.encode()
-            })
-        },
+        |c| edited_request(c, |r| r.socket = c.scratch.join("nowhere.sock")),
         &["[exchange] peer 1", "nowhere.sock is gone"],
     ),
     (
@@ -601,19 +561,17 @@ const CASES: &[Case] = &[
         &["SYMMWIN_HANDLE_TYPE=\"bogus\": expected auto, fd or fabric"],
     ),
     (
-        "SYMMWIN_TIMEOUT_MS=abc",
-        |_| env_case("SYMMWIN_TIMEOUT_MS", "abc"),
-        &["SYMMWIN_TIMEOUT_MS=\"abc\" is not a number"],
-    ),
-    (
-        "SYMMWIN_TIMEOUT_MS=-5",
-        |_| env_case("SYMMWIN_TIMEOUT_MS", "-5"),
-        &["SYMMWIN_TIMEOUT_MS=\"-5\" is not a number"],
-    ),
-    (
-        "SYMMWIN_TIMEOUT_MS=0",
-        |_| env_case("SYMMWIN_TIMEOUT_MS", "0"),
-        &["SYMMWIN_TIMEOUT_MS must be positive"],
+        "SYMMWIN_TIMEOUT_MS=abc, -5 and 0",
+        |_| {
+            ["abc", "-5", "0"]
+                .map(|v| env_case("SYMMWIN_TIMEOUT_MS", v))
+                .join(" | ")
+        },
+        &[
+            "SYMMWIN_TIMEOUT_MS=\"abc\" is not a number",
+            "SYMMWIN_TIMEOUT_MS=\"-5\" is not a number",
+            "SYMMWIN_TIMEOUT_MS must be positive",
+        ],
     ),
     (
         "socket directory others can enter (0755)",
@@ -858,19 +816,7 @@ fn fake_request_with(
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");
             let mut endpoint = Endpoint::bind(&c.config.socket_dir, 99).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let bytes = loop {
-                if let Some(b) = store.try_get(&ns.request(0, 0)).unwrap() {
-                    break b;
-                }
-                assert!(Instant::now() < deadline, "rank 0 never published");
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            let theirs = Request::decode("k", 0, &bytes).unwrap();
-            let mut ours = theirs.clone();
-            ours.rank = 1;
-            ours.socket = endpoint.path().to_path_buf();
-            ours.token = endpoint.token().to_hex();
+            let (theirs, ours) = common::fake_rank1_requests(&*store, "fake", &endpoint).unwrap();
             store
                 .set(&ns.request(0, 1), &forge(ours.clone(), c))
                 .unwrap();
@@ -884,9 +830,17 @@ fn fake_request_with(
     })
 }
 
-fn fake_request(c: &Ctx, forge: fn(Request, &Ctx) -> Vec<u8>) -> String {
+fn fake_request(c: &Ctx, forge: impl FnOnce(Request, &Ctx) -> Vec<u8> + Send) -> String {
     let a = Allocation::new(c.provider.clone(), 4096).unwrap();
     fake_request_with(c, &a, 0, forge, None)
+}
+
+/// [`fake_request`] of rank 0's request re-labelled as rank 1's, then `edit`ed.
+fn edited_request(c: &Ctx, edit: impl FnOnce(&mut Request) + Send) -> String {
+    fake_request(c, |mut r, _| {
+        edit(&mut r);
+        r.encode()
+    })
 }
 
 /// What the fake rank 1 sends through the real exchange: a handle and the size it
@@ -904,17 +858,15 @@ fn fake_send(c: &Ctx, make: fn(&dyn Provider) -> Forged) -> String {
         0,
         |r, _| r.encode(),
         Some(Box::new(move |endpoint, theirs, ours| {
-            let peers = common::peer_addresses(theirs, ours);
-            let round = Round {
-                group: stable_id("fake"),
-                seq: 0,
-                rank: 1,
-                peers: &peers,
-                targets: &[0],
-                physical_size: size,
-            };
             // Rank 0 fails after receiving; our own wait may time out. Either way is fine.
-            let _ = endpoint.all_gather(&round, &handle, Duration::from_millis(500));
+            let half = Duration::from_millis(500);
+            let _ = common::fake_rank1_all_gather(
+                endpoint,
+                ("fake", size),
+                (theirs, ours),
+                &handle,
+                half,
+            );
         })),
     )
 }
@@ -957,17 +909,7 @@ fn garbage_then_valid(c: &Ctx) -> String {
         let fake = s.spawn(|| {
             let ns = Namespace::new("fake");
             let mut endpoint = Endpoint::bind(&c.config.socket_dir, 99).unwrap();
-            let bytes = loop {
-                if let Some(b) = store.try_get(&ns.request(0, 0)).unwrap() {
-                    break b;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            let theirs = Request::decode("k", 0, &bytes).unwrap();
-            let mut ours = theirs.clone();
-            ours.rank = 1;
-            ours.socket = endpoint.path().to_path_buf();
-            ours.token = endpoint.token().to_hex();
+            let (theirs, ours) = common::fake_rank1_requests(&*store, "fake", &endpoint).unwrap();
             let good = common::fd_message("fake", 0, 1, 2, &theirs.token);
             let mut buf = [0u8; FABRIC_LEN];
             let good_bytes = good.encode(&mut buf).to_vec();
@@ -984,18 +926,14 @@ fn garbage_then_valid(c: &Ctx) -> String {
             long.resize(FABRIC_LEN + 10, 0);
             common::send_raw(&theirs.socket, &long, &[fd.as_fd()]);
             store.set(&ns.request(0, 1), &ours.encode()).unwrap();
-            let peers = common::peer_addresses(&theirs, &ours);
-            let round = Round {
-                group: stable_id("fake"),
-                seq: 0,
-                rank: 1,
-                peers: &peers,
-                targets: &[0],
-                physical_size: 4096,
-            };
-            endpoint
-                .all_gather(&round, &handle, Duration::from_secs(2))
-                .map(drop)
+            let limit = Duration::from_secs(2);
+            common::fake_rank1_all_gather(
+                &mut endpoint,
+                ("fake", 4096),
+                (&theirs, &ours),
+                &handle,
+                limit,
+            )
         });
         let got = g0.rendezvous_with_pads(&a, 0);
         let sent = fake.join().unwrap();

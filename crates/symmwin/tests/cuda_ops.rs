@@ -21,16 +21,10 @@ use symmwin::{
     SignalOptions, Stream, Window,
 };
 
-/// Entry point of the worker processes; does nothing when run directly.
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "var" => var_ops(rank, world),
-        "sized" => host_sized_ops(rank, world),
-        "tiles" => tiles(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "var" => var_ops,
+    "sized" => host_sized_ops,
+    "tiles" => tiles,
 }
 
 fn join_cuda(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
@@ -345,11 +339,7 @@ fn run_everywhere(scenario: &str) {
         let job = Job::new(scenario);
         let ranks = job.spawn(world, scenario, &[]);
         for (rank, out) in ranks.wait(Duration::from_secs(300)).iter().enumerate() {
-            assert!(
-                out.status.success(),
-                "world {world} rank {rank}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::assert_success(out, &format!("world {world} rank {rank}"));
             assert_eq!(result(out), "failures=", "world {world} rank {rank}");
         }
     }

@@ -12,11 +12,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, entries, field, result, Job, Ranks, DEFAULT_LIMIT};
 use symmwin::SignalOptions;
-use symmwin::{
-    Allocation, Config, Error, ErrorKind, FileStore, GroupSpec, HostProvider, Provider, Store,
-};
+use symmwin::{Allocation, Error, ErrorKind, FileStore};
 
 const WORLD: usize = 4;
 const TIMEOUT_MS: u64 = 1500;
@@ -71,36 +70,24 @@ fn marker() -> PathBuf {
     PathBuf::from(std::env::var("MARKER").unwrap())
 }
 
-/// The victim's store: the real file store, with a death around the first publish.
-struct FaultStore {
-    inner: FileStore,
+/// The victim's store hooks: a death around the first publish.
+struct FaultHooks {
     fault: Fault,
 }
 
-impl Store for FaultStore {
-    fn set(&self, key: &str, value: &[u8]) -> symmwin::Result<()> {
-        let request = key.contains("/req/");
-        if request && self.fault == Fault::BeforePublish {
+impl StoreHooks for FaultHooks {
+    fn before_set(&self, key: &str, _value: &[u8]) {
+        if key.contains("/req/") && self.fault == Fault::BeforePublish {
             kill_self();
         }
-        self.inner.set(key, value)?;
+    }
+
+    fn after_set(&self, key: &str) {
         match self.fault {
-            Fault::AfterPublish if request => kill_self(),
-            Fault::DuringExchange if request => wait_to_be_killed(),
-            _ => Ok(()),
+            Fault::AfterPublish if key.contains("/req/") => kill_self(),
+            Fault::DuringExchange if key.contains("/req/") => wait_to_be_killed(),
+            _ => {}
         }
-    }
-
-    fn try_get(&self, key: &str) -> symmwin::Result<Option<Vec<u8>>> {
-        self.inner.try_get(key)
-    }
-
-    fn add(&self, key: &str, delta: i64) -> symmwin::Result<i64> {
-        self.inner.add(key, delta)
-    }
-
-    fn delete(&self, key: &str) -> symmwin::Result<()> {
-        self.inner.delete(key)
     }
 }
 
@@ -111,14 +98,9 @@ fn unix_ms() -> u128 {
         .as_millis()
 }
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "fault" => fault(rank, world),
-        "fresh" => fresh(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "fault" => fault,
+    "fresh" => fresh,
 }
 
 /// Does `message` name rank `victim`: as the peer, or in a list of ranks?
@@ -154,22 +136,16 @@ fn report(err: &Error, victim: usize, started: Instant) -> String {
 fn fault(rank: usize, world: usize) -> String {
     let fault = Fault::parse(&std::env::var("FAULT").unwrap());
     let victim = common::env_usize("VICTIM");
-    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let files = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
-    let store: Arc<dyn Store> = if rank == victim {
-        Arc::new(FaultStore {
-            inner: files,
-            fault,
-        })
-    } else {
-        Arc::new(files)
-    };
-    let group = common::group(
-        GroupSpec::new("test", rank, world),
-        store,
-        &provider,
-        &Config::from_env().unwrap(),
-    );
+    let (group, provider) = common::join_wrapped("test", rank, world, |inner| {
+        if rank == victim {
+            Arc::new(Hooked {
+                inner,
+                hooks: FaultHooks { fault },
+            })
+        } else {
+            Arc::new(inner)
+        }
+    });
     let alloc = Allocation::new(provider, 1 << 20).unwrap();
     let started = Instant::now();
     let window = match group.rendezvous(&alloc) {
@@ -230,7 +206,7 @@ fn run_fault(name: &str, victim: usize) {
     let job = Job::new(name);
     let marker = job.dir.join("victim-ready");
     let env = [
-        ("SYMMWIN_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+        common::timeout_ms(TIMEOUT_MS),
         ("FAULT", name.to_owned()),
         ("VICTIM", victim.to_string()),
         ("MARKER", marker.display().to_string()),
@@ -299,11 +275,7 @@ fn run_fault(name: &str, victim: usize) {
 
     // A new job: same group name, same socket directory, fresh store.
     std::fs::rename(job.store(), job.dir.join("store.old")).unwrap();
-    let outs = job.run(
-        WORLD,
-        "fresh",
-        &[("SYMMWIN_TIMEOUT_MS", TIMEOUT_MS.to_string())],
-    );
+    let outs = job.run(WORLD, "fresh", &[common::timeout_ms(TIMEOUT_MS)]);
     assert_all_success(&outs);
     for out in &outs {
         assert_eq!(result(out), "wrong=0");

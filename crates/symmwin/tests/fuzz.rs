@@ -17,10 +17,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use symmwin::provider::{HandleType, ProviderKind, SharedHandle};
 use symmwin::store::Namespace;
+use symmwin::testing::Endpoint;
 use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
-use symmwin::testing::{Endpoint, Round};
 use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
-use symmwin::token::{stable_id, Token};
 use symmwin::{Allocation, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
 /// The runner every target uses: case count from `PROPTEST_CASES`, a fixed seed
@@ -447,32 +446,9 @@ fn junk_rendezvous(
         let fake = s.spawn(|| -> Result<(), String> {
             let ns = Namespace::new("fuzz");
             let mut endpoint = Endpoint::bind(&config.socket_dir, 7).map_err(|e| e.to_string())?;
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let bytes = loop {
-                if let Some(b) = store.try_get(&ns.request(0, 0)).unwrap() {
-                    break b;
-                }
-                if Instant::now() > deadline {
-                    return Err("rank 0 never published".into());
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            };
-            let theirs = Request::decode("k", 0, &bytes).map_err(|e| e.to_string())?;
-            let mut ours = theirs.clone();
-            ours.rank = 1;
-            ours.socket = endpoint.path().to_path_buf();
-            ours.token = endpoint.token().to_hex();
+            let (theirs, ours) = common::fake_rank1_requests(&*store, "fuzz", &endpoint)?;
             store.set(&ns.request(0, 1), &ours.encode()).unwrap();
-            let valid = Message {
-                group: stable_id("fuzz"),
-                seq: 0,
-                sender: 1,
-                world: 2,
-                token: Token::from_hex(&theirs.token).unwrap().0,
-                physical_size: 4096,
-                offer: Default::default(),
-                payload: Payload::Fd,
-            };
+            let valid = common::fd_message("fuzz", 0, 1, 2, &theirs.token);
             for (kind, fd_kinds) in junk {
                 let fds: Vec<OwnedFd> = fd_kinds
                     .iter()
@@ -488,18 +464,9 @@ fn junk_rendezvous(
             view.map(0, memory.as_ref()).unwrap();
             // SAFETY: the page was just mapped read-write.
             unsafe { *(view.base() as *mut u8) = marker };
-            let peers = common::peer_addresses(&theirs, &ours);
-            let round = Round {
-                group: stable_id("fuzz"),
-                seq: 0,
-                rank: 1,
-                peers: &peers,
-                targets: &[0],
-                physical_size: 4096,
-            };
-            endpoint
-                .all_gather(&round, &handle, Duration::from_secs(5))
-                .map(drop)
+            let limit = Duration::from_secs(5);
+            let pair = (&theirs, &ours);
+            common::fake_rank1_all_gather(&mut endpoint, ("fuzz", 4096), pair, &handle, limit)
                 .map_err(|e| e.to_string())
         });
         let got = group.rendezvous_with_pads(&alloc, 0);

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, field, result, Job};
 use symmwin::provider::SharedHandle;
 use symmwin::testing::Request;
@@ -22,16 +23,11 @@ use symmwin::{
     Store,
 };
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "planted" => planted(rank, world),
-        "intruder" => intruder(),
-        "fd_limit" => fd_limit(rank, world),
-        "map_limit" => map_limit(),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "planted" => planted,
+    "intruder" => |_, _| intruder(),
+    "fd_limit" => fd_limit,
+    "map_limit" => |_, _| map_limit(),
 }
 
 /// A config with `timeout` and a fresh private socket directory under `dir`.
@@ -74,14 +70,23 @@ fn read_u64(ptr: usize) -> u64 {
     unsafe { (ptr as *const u64).read_volatile() }
 }
 
+/// Two in-process ranks of group `name` on one memory store (3 s timeout), each with
+/// a registry of its own, as two processes would have; the job keeps their sockets.
+fn two_ranks_with_registries(
+    name: &str,
+) -> (Job, Vec<Group>, Arc<dyn Provider>, [Arc<Registry>; 2]) {
+    let job = Job::new(name);
+    let config = config(&job.dir, Duration::from_secs(3));
+    let (groups, provider) = in_process_groups(name, 2, Arc::new(MemoryStore::new()), &config);
+    let registries = [Arc::new(Registry::new()), Arc::new(Registry::new())];
+    (job, groups, provider, registries)
+}
+
 // ------------------------------------------------- 1. two threads, one pointer
 
 #[test]
 fn two_threads_rendezvousing_one_pointer_share_one_collective() {
-    let job = Job::new("race");
-    let config = config(&job.dir, Duration::from_secs(3));
-    let (groups, provider) = in_process_groups("race", 2, Arc::new(MemoryStore::new()), &config);
-    let registries = [Arc::new(Registry::new()), Arc::new(Registry::new())];
+    let (_job, groups, provider, registries) = two_ranks_with_registries("race");
     let ptr_a = registries[0].alloc(provider.clone(), 4096).unwrap();
     let ptr_d = registries[0].alloc(provider.clone(), 4096).unwrap();
     let ptr_b = registries[1].alloc(provider.clone(), 4096).unwrap();
@@ -201,28 +206,18 @@ fn a_token_holder_that_is_not_a_rank_cannot_plant_memory() {
 
 // ------------------------------------------------- 3. a store that stops answering
 
-/// A store that answers reads of `blocked` keys only after `delay`.
+/// Store hooks that answer reads of rank 1's request only after `delay`.
 struct Stuck {
-    inner: MemoryStore,
     delay: Duration,
 }
 
-impl Store for Stuck {
-    fn set(&self, key: &str, value: &[u8]) -> symmwin::Result<()> {
-        self.inner.set(key, value)
-    }
-    fn try_get(&self, key: &str) -> symmwin::Result<Option<Vec<u8>>> {
+impl StoreHooks for Stuck {
+    fn before_get(&self, key: &str) {
         if key.ends_with("/req/1") {
             std::thread::sleep(self.delay);
         }
-        self.inner.try_get(key)
     }
-    fn add(&self, key: &str, delta: i64) -> symmwin::Result<i64> {
-        self.inner.add(key, delta)
-    }
-    fn delete(&self, key: &str) -> symmwin::Result<()> {
-        self.inner.delete(key)
-    }
+
     fn describe(&self) -> Option<String> {
         Some("hosted by rank 1 at 10.0.0.1:29500".into())
     }
@@ -232,9 +227,11 @@ impl Store for Stuck {
 fn the_timeout_holds_while_a_store_call_blocks() {
     let job = Job::new("stuck");
     let timeout = Duration::from_millis(1000);
-    let store = Arc::new(Stuck {
+    let store = Arc::new(Hooked {
         inner: MemoryStore::new(),
-        delay: Duration::from_secs(5),
+        hooks: Stuck {
+            delay: Duration::from_secs(5),
+        },
     });
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
     let group = common::group(
@@ -259,10 +256,7 @@ fn the_timeout_holds_while_a_store_call_blocks() {
 
 #[test]
 fn a_rank_that_passed_foreign_memory_is_named_on_every_rank() {
-    let job = Job::new("foreign");
-    let config = config(&job.dir, Duration::from_secs(3));
-    let (groups, provider) = in_process_groups("foreign", 2, Arc::new(MemoryStore::new()), &config);
-    let registries = [Arc::new(Registry::new()), Arc::new(Registry::new())];
+    let (_job, groups, provider, registries) = two_ranks_with_registries("foreign");
     let ptrs: Vec<usize> = (0..2)
         .map(|r| registries[r].alloc(provider.clone(), 4096).unwrap())
         .collect();
@@ -298,20 +292,15 @@ fn a_rank_that_passed_foreign_memory_is_named_on_every_rank() {
 
 // ------------------------------------------------- 9. limits of the operating system
 
-/// The job's file store; rank 0's copy takes away every free fd once it has read every
-/// peer's request, so that no peer's fd can be installed when it arrives.
+/// Store hooks for rank 0: take away every free fd once it has read every peer's
+/// request, so that no peer's fd can be installed when it arrives.
 struct ExhaustAfterGather {
-    inner: FileStore,
     world: usize,
     seen: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
-impl Store for ExhaustAfterGather {
-    fn set(&self, key: &str, value: &[u8]) -> symmwin::Result<()> {
-        self.inner.set(key, value)
-    }
-    fn try_get(&self, key: &str) -> symmwin::Result<Option<Vec<u8>>> {
-        let value = self.inner.try_get(key)?;
+impl StoreHooks for ExhaustAfterGather {
+    fn after_get(&self, key: &str, value: Option<&[u8]>) {
         let mut seen = self.seen.lock().unwrap();
         // Our own request is never read back: the peers' are all there is to read.
         if value.is_some() && seen.insert(key.to_owned()) && seen.len() == self.world - 1 {
@@ -323,34 +312,23 @@ impl Store for ExhaustAfterGather {
             };
             rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).unwrap();
         }
-        Ok(value)
-    }
-    fn add(&self, key: &str, delta: i64) -> symmwin::Result<i64> {
-        self.inner.add(key, delta)
-    }
-    fn delete(&self, key: &str) -> symmwin::Result<()> {
-        self.inner.delete(key)
     }
 }
 
 fn fd_limit(rank: usize, world: usize) -> String {
-    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let file = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
-    let store: Arc<dyn Store> = if rank == 0 {
-        Arc::new(ExhaustAfterGather {
-            inner: file,
-            world,
-            seen: Default::default(),
-        })
-    } else {
-        Arc::new(file)
-    };
-    let group = common::group(
-        GroupSpec::new("fdlimit", rank, world),
-        store,
-        &provider,
-        &Config::from_env().unwrap(),
-    );
+    let (group, provider) = common::join_wrapped("fdlimit", rank, world, |inner| {
+        if rank == 0 {
+            Arc::new(Hooked {
+                inner,
+                hooks: ExhaustAfterGather {
+                    world,
+                    seen: Default::default(),
+                },
+            })
+        } else {
+            Arc::new(inner)
+        }
+    });
     let alloc = Allocation::new(provider, 4096).unwrap();
     match group.rendezvous_with_pads(&alloc, 0) {
         Ok(_) => "ok=1".into(),
@@ -361,7 +339,7 @@ fn fd_limit(rank: usize, world: usize) -> String {
 #[test]
 fn receiving_past_the_open_file_limit_names_the_limit() {
     let job = Job::new("fdlimit");
-    let outs = job.run(4, "fd_limit", &[("SYMMWIN_TIMEOUT_MS", "1000".into())]);
+    let outs = job.run(4, "fd_limit", &[common::timeout_ms(1000)]);
     eprintln!("{}", result(&outs[0]));
     assert_all_success(&outs);
     let r0 = result(&outs[0]);
@@ -452,8 +430,8 @@ fn mapping_past_vm_max_map_count_names_the_limit() {
         1,
         "map_limit",
         &[
-            ("SYMMWIN_TIMEOUT_MS", "1500".into()),
-            ("MALLOC_ARENA_MAX", "1".into()),
+            common::timeout_ms(1500),
+            common::one_malloc_arena(),
             ("FREE_MAPPINGS", "3".into()),
         ],
     );

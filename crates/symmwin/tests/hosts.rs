@@ -9,15 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::hosts::{spanning, spanning_in, Mailbox};
-use symmwin::{Allocation, ErrorKind, MemoryStore, SignalOptions, Store};
+use symmwin::{Allocation, ErrorKind, Group, MemoryStore, SignalOptions, Store};
 
 #[test]
 fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
     let hosts = ["a", "a", "b", "b"];
     let results = spanning("pattern", &hosts, None, |rank, group| {
-        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
-        alloc_fill(&alloc, rank as u8 + 1);
-        let window = group.rendezvous(&alloc).unwrap();
+        let (_alloc, window) = tagged_window(rank, &group);
         let layout = window.layout();
         let partner = rank ^ 1;
         let mut seen = [0u8; 1];
@@ -59,6 +57,14 @@ fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
 fn alloc_fill(alloc: &Allocation, value: u8) {
     // SAFETY: the allocation maps `size()` writable bytes at `ptr()` in this process.
     unsafe { std::ptr::write_bytes(alloc.ptr() as *mut u8, value, alloc.size()) };
+}
+
+/// A window over 4096 bytes of `rank + 1`, so a byte read anywhere says whose it is.
+fn tagged_window(rank: usize, group: &Group) -> (Allocation, symmwin::Window) {
+    let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+    alloc_fill(&alloc, rank as u8 + 1);
+    let window = group.rendezvous(&alloc).unwrap();
+    (alloc, window)
 }
 
 #[test]

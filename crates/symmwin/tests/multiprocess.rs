@@ -10,27 +10,21 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
+use symmwin::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
-/// Entry point of the worker processes; does nothing when run directly.
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "visible" => visible(rank, world),
-        "cycles" => cycles(rank, world),
-        "mismatch" => mismatch(rank, world),
-        "die_before_publish" => die_or_wait(rank, world, false),
-        "die_after_publish" => die_or_wait(rank, world, true),
-        "signals" => signals(rank, world),
-        "intruded" => intruded(rank, world),
-        "intruder" => intruder(),
-        "other_uid" => other_uid(),
-        "late_write" => late_write(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "visible" => visible,
+    "cycles" => cycles,
+    "mismatch" => mismatch,
+    "die_before_publish" => |rank, world| die_or_wait(rank, world, false),
+    "die_after_publish" => |rank, world| die_or_wait(rank, world, true),
+    "signals" => signals,
+    "intruded" => intruded,
+    "intruder" => |_, _| intruder(),
+    "other_uid" => |_, _| other_uid(),
+    "late_write" => late_write,
 }
 
 /// Every rank writes `rank+1` bytes into its chunk of every peer's slot.
@@ -319,16 +313,7 @@ fn forge_to_all(dir: &Path) -> usize {
     let mut sent = 0;
     let memory = HostProvider::new().create(4096).unwrap();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let msg = Message {
-            group: symmwin::token::stable_id("test"),
-            seq: 0,
-            sender: 1,
-            world: 2,
-            token: [7; 16],
-            physical_size: 4096,
-            offer: Default::default(),
-            payload: Payload::Fd,
-        };
+        let msg = common::fd_message("test", 0, 1, 2, &"07".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
@@ -397,11 +382,7 @@ fn peers_data_is_visible_at_base_plus_rank_stride_for_world_1_to_8() {
     for world in [1, 2, 3, 4, 8] {
         let job = Job::new("visible");
         for (rank, out) in job.run(world, "visible", &[]).iter().enumerate() {
-            assert!(
-                out.status.success(),
-                "world {world} rank {rank}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::assert_success(out, &format!("world {world} rank {rank}"));
             assert_eq!(
                 result(out),
                 format!("wrong_chunks=0 sent={0} accepted={0}", world - 1),
@@ -416,11 +397,7 @@ fn a_thousand_cycles_with_random_free_order_leak_nothing() {
     let job = Job::new("cycles");
     let outs = job.run(3, "cycles", &[("CYCLES", "1000".into())]);
     for out in &outs {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(out, "worker");
         let r = result(out);
         let parts: Vec<&str> = r.split_whitespace().collect();
         for part in &parts[..2] {
@@ -438,44 +415,38 @@ fn a_thousand_cycles_with_random_free_order_leak_nothing() {
 fn mismatched_sizes_fail_on_every_rank_naming_the_field() {
     let job = Job::new("mismatch");
     for out in job.run(3, "mismatch", &[]) {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(&out, "worker");
         let r = result(&out);
         assert!(r.contains("ranks disagree on size"), "{r}");
         assert!(r.contains("8192 on rank(s) [1]"), "{r}");
     }
 }
 
+/// Three ranks of `scenario` (job `name`), in which rank 2 dies: the two survivors'
+/// results and rank 2's exit code.
+fn rank_2_dies(name: &str, scenario: &str) -> (Vec<String>, Option<i32>) {
+    let job = Job::new(name);
+    let outs = job.run(3, scenario, &[common::timeout_ms(1500)]);
+    (
+        outs[..2].iter().map(result).collect(),
+        outs[2].status.code(),
+    )
+}
+
 #[test]
 fn a_rank_that_dies_before_publishing_is_named_within_the_timeout() {
-    let job = Job::new("die1");
-    let outs = job.run(
-        3,
-        "die_before_publish",
-        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
-    );
-    for out in &outs[..2] {
-        let r = result(out);
+    let (survivors, code) = rank_2_dies("die1", "die_before_publish");
+    for r in &survivors {
         let secs: f64 = r.split('s').next().unwrap().parse().unwrap();
         assert!(secs < 2.5, "{r}");
         assert!(r.contains("waiting for rank(s) [2]"), "{r}");
     }
-    assert_eq!(outs[2].status.code(), Some(3));
+    assert_eq!(code, Some(3));
 }
 
 #[test]
 fn a_rank_that_dies_after_publishing_is_named_as_lost() {
-    let job = Job::new("die2");
-    let outs = job.run(
-        3,
-        "die_after_publish",
-        &[("SYMMWIN_TIMEOUT_MS", "1500".into())],
-    );
-    for out in &outs[..2] {
-        let r = result(out);
+    for r in &rank_2_dies("die2", "die_after_publish").0 {
         assert!(r.contains("peer 2") || r.contains("rank(s) [2]"), "{r}");
         assert!(r.contains("[exchange]"), "{r}");
     }
@@ -486,11 +457,7 @@ fn barrier_and_signals_leave_pads_zero_and_time_out_naming_the_peer() {
     for world in [2, 3] {
         let job = Job::new("signals");
         for (rank, out) in job.run(world, "signals", &[]).iter().enumerate() {
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::assert_success(out, "worker");
             let prev = (rank + world - 1) % world;
             assert_eq!(
                 result(out),
@@ -595,11 +562,7 @@ fn a_late_write_to_a_freed_window_never_reaches_memory_handed_out_again() {
     let job = Job::new("late");
     let outs = job.run(2, "late_write", &[]);
     for (rank, out) in outs.iter().enumerate() {
-        assert!(
-            out.status.success(),
-            "rank {rank}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(out, &format!("rank {rank}"));
         assert_eq!(
             result(out),
             format!(

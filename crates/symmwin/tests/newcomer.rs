@@ -12,20 +12,18 @@ use symmwin::{
     Allocation, Config, FileStore, GroupSpec, HostProvider, MemoryStore, Provider, Store,
 };
 
-#[test]
-#[ignore = "worker process of the tests below"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "rendezvous" => {
-            let (group, provider) = common::join(rank, world);
-            let alloc = Allocation::new(provider, 4096).unwrap();
-            match group.rendezvous(&alloc) {
-                Ok(_) => "ok".into(),
-                Err(e) => format!("error {e}"),
-            }
-        }
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "rendezvous" => rendezvous,
+}
+
+/// One rendezvous of a fresh group, as a newcomer's first program does.
+fn rendezvous(rank: usize, world: usize) -> String {
+    let (group, provider) = common::join(rank, world);
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    match group.rendezvous(&alloc) {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("error {e}"),
+    }
 }
 
 /// `message` with its numbers and store path made generic, as quoted on the page.
@@ -156,23 +154,23 @@ fn two_processes_claiming_one_rank_name_both_pids() {
     }
 }
 
+/// The error of a rendezvous that rank `spec.rank` starts alone: its peers never come.
+fn rendezvous_alone(spec: GroupSpec, config: &Config) -> String {
+    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+    let group = common::group(spec, Arc::new(MemoryStore::new()), &provider, config);
+    let alloc = Allocation::new(provider, 4096).unwrap();
+    group.rendezvous(&alloc).unwrap_err().to_string()
+}
+
 #[test]
 fn a_subgroup_timeout_names_the_group_and_global_ranks() {
-    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
     let spec = GroupSpec {
         name: "pairs".into(),
         rank: 0,
         world: 2,
         global_ranks: vec![1, 2],
     };
-    let group = common::group(
-        spec,
-        Arc::new(MemoryStore::new()),
-        &provider,
-        &config("sub", 200),
-    );
-    let alloc = Allocation::new(provider, 4096).unwrap();
-    let err = group.rendezvous(&alloc).unwrap_err().to_string();
+    let err = rendezvous_alone(spec, &config("sub", 200));
     assert!(
         err.starts_with(
             "symmwin group \"pairs\" rank 0 (global rank 1) [gather]: timed out after 0.2"
@@ -187,15 +185,7 @@ fn a_subgroup_timeout_names_the_group_and_global_ranks() {
 
 #[test]
 fn a_world_group_timeout_stays_short_and_rounds_its_duration() {
-    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let group = common::group(
-        GroupSpec::new("w", 0, 2),
-        Arc::new(MemoryStore::new()),
-        &provider,
-        &config("world", 1000),
-    );
-    let alloc = Allocation::new(provider, 4096).unwrap();
-    let err = group.rendezvous(&alloc).unwrap_err().to_string();
+    let err = rendezvous_alone(GroupSpec::new("w", 0, 2), &config("world", 1000));
     assert_eq!(
         err,
         "symmwin rank 0 [gather]: timed out after 1.0 s waiting for rank(s) [1]"

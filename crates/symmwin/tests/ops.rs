@@ -9,14 +9,9 @@ use symmwin::ops::plan::Shape;
 use symmwin::ops::{OpOptions, Rows};
 use symmwin::{Allocation, Window};
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "vdev" => vdev(rank, world),
-        "overflow" => overflow(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "vdev" => vdev,
+    "overflow" => overflow,
 }
 
 const ROW: usize = 12; // bytes per row: 3 x u32
@@ -31,22 +26,26 @@ fn write_u32s(w: &Window, rank: usize, at: usize, values: &[u32]) {
     w.write(rank, at, &bytes).unwrap();
 }
 
-fn read_i64s(w: &Window, rank: usize, at: usize, n: usize) -> Vec<i64> {
-    let mut bytes = vec![0u8; n * 8];
+/// `n` words of `N` bytes at byte `at` of `rank`'s slot, each decoded by `decode`.
+fn read_words<T, const N: usize>(
+    w: &Window,
+    (rank, at, n): (usize, usize, usize),
+    decode: fn([u8; N]) -> T,
+) -> Vec<T> {
+    let mut bytes = vec![0u8; n * N];
     w.read(rank, at, &mut bytes).unwrap();
     bytes
-        .chunks(8)
-        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .chunks(N)
+        .map(|c| decode(c.try_into().unwrap()))
         .collect()
 }
 
+fn read_i64s(w: &Window, rank: usize, at: usize, n: usize) -> Vec<i64> {
+    read_words(w, (rank, at, n), i64::from_ne_bytes)
+}
+
 fn read_u32s(w: &Window, rank: usize, at: usize, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; n * 4];
-    w.read(rank, at, &mut bytes).unwrap();
-    bytes
-        .chunks(4)
-        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
+    read_words(w, (rank, at, n), u32::from_ne_bytes)
 }
 
 /// Row `i` of rank `src`'s input: three words that say who and where.

@@ -11,25 +11,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, field, result, Job};
 use symmwin::testing::Request;
-use symmwin::testing::{Message, Payload, FABRIC_LEN};
-use symmwin::token::stable_id;
+use symmwin::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
-use symmwin::{Allocation, Config, FileStore, GroupSpec, HostProvider, Provider, Store};
+use symmwin::{Allocation, Config, FileStore, GroupSpec, HostProvider, Provider};
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "logged" => logged(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "logged" => logged,
 }
 
-/// The file store, remembering every request it stored or handed out.
+/// Store hooks remembering every request the store stored or handed out.
 struct Recording {
-    inner: FileStore,
     requests: Mutex<Vec<Vec<u8>>>,
 }
 
@@ -67,26 +61,15 @@ impl Recording {
     }
 }
 
-impl Store for Recording {
-    fn set(&self, key: &str, value: &[u8]) -> symmwin::Result<()> {
+impl StoreHooks for Recording {
+    fn before_set(&self, key: &str, value: &[u8]) {
         self.note(key, value);
-        self.inner.set(key, value)
     }
 
-    fn try_get(&self, key: &str) -> symmwin::Result<Option<Vec<u8>>> {
-        let value = self.inner.try_get(key)?;
-        if let Some(v) = &value {
+    fn after_get(&self, key: &str, value: Option<&[u8]>) {
+        if let Some(v) = value {
             self.note(key, v);
         }
-        Ok(value)
-    }
-
-    fn add(&self, key: &str, delta: i64) -> symmwin::Result<i64> {
-        self.inner.add(key, delta)
-    }
-
-    fn delete(&self, key: &str) -> symmwin::Result<()> {
-        self.inner.delete(key)
     }
 }
 
@@ -101,9 +84,11 @@ fn logged(rank: usize, world: usize) -> String {
         .with_ansi(false)
         .init();
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let store = Arc::new(Recording {
-        inner: FileStore::new(std::env::var("STORE").unwrap()).unwrap(),
-        requests: Mutex::default(),
+    let store = Arc::new(Hooked {
+        inner: common::job_store(),
+        hooks: Recording {
+            requests: Mutex::default(),
+        },
     });
     let group = common::group(
         GroupSpec::new("logged", rank, world),
@@ -121,7 +106,7 @@ fn logged(rank: usize, world: usize) -> String {
     // 2. Rank 1 sends rank 0 garbage, a forged message and a stale valid one (seq 0,
     //    right token): rank 0 logs a rejection and a dropped stale handle.
     if rank == 1 {
-        let theirs = store.request_of(0);
+        let theirs = store.hooks.request_of(0);
         let token = symmwin::token::Token::from_hex(&theirs.token).unwrap();
         let memory = provider.create(4096).unwrap();
         let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
@@ -129,16 +114,7 @@ fn logged(rank: usize, world: usize) -> String {
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];
         common::send_raw(&theirs.socket, b"garbage", &[]);
-        let mut stale = Message {
-            group: stable_id("logged"),
-            seq: 0,
-            sender: 1,
-            world: 2,
-            token: [0; 16],
-            physical_size: 4096,
-            offer: Default::default(),
-            payload: Payload::Fd,
-        };
+        let mut stale = common::fd_message("logged", 0, 1, 2, &"00".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
         stale.token = token.0;
@@ -157,7 +133,7 @@ fn logged(rank: usize, world: usize) -> String {
             SignalOptions::channel(3).timeout(Duration::from_millis(20)),
         )
         .unwrap_err();
-    let own = serde_json::to_vec(&store.request_of(rank)).unwrap();
+    let own = serde_json::to_vec(&store.hooks.request_of(rank)).unwrap();
     let cut = own.len() - 20; // inside the token string
     let corrupt = Request::decode("symmwin/logged/9/req/0", rank, &own[..cut]).unwrap_err();
     for (what, e) in [
@@ -167,12 +143,12 @@ fn logged(rank: usize, world: usize) -> String {
     ] {
         show(what, format!("{e} | {e:?} | {:?}", e.kind()));
     }
-    show("request", format!("{:?}", store.request_of(0)));
-    show("request", format!("{:?}", store.request_of(1)));
+    show("request", format!("{:?}", store.hooks.request_of(0)));
+    show("request", format!("{:?}", store.hooks.request_of(1)));
     show("group", format!("{group:?}"));
     show("window", format!("{window:?}"));
     window.barrier(SignalOptions::channel(1)).unwrap();
-    let tokens = store.tokens();
+    let tokens = store.hooks.tokens();
     let dir = PathBuf::from(std::env::var("STORE").unwrap());
     std::fs::write(
         dir.with_file_name(format!("tokens-{rank}")),
@@ -207,10 +183,7 @@ fn tokens_never_appear_in_logs_or_error_messages() {
         .spawn(
             2,
             "logged",
-            &[
-                ("SYMMWIN_LOG", "trace".into()),
-                ("SYMMWIN_TIMEOUT_MS", "3000".into()),
-            ],
+            &[("SYMMWIN_LOG", "trace".into()), common::timeout_ms(3000)],
         )
         .wait(common::DEFAULT_LIMIT);
     assert_all_success(&outs);

@@ -34,13 +34,8 @@ fn cycles() -> usize {
         .unwrap_or(CI_CYCLES)
 }
 
-#[test]
-#[ignore = "worker process entry point, started by the other tests"]
-fn worker() {
-    common::worker_main(|scenario, rank, world| match scenario {
-        "soak" => soak(rank, world),
-        other => panic!("unknown scenario {other}"),
-    });
+common::worker! {
+    "soak" => soak,
 }
 
 /// The size of cycle `cycle`'s window: the same on every rank, log-uniform in
@@ -231,11 +226,7 @@ fn soak_world_8_alloc_rendezvous_free_leaks_nothing_and_never_hangs() {
     // Generous for a loaded 2-core machine, yet finite: a hang fails the test.
     let limit = Duration::from_secs(60) + Duration::from_millis(100) * cycles as u32;
     let outs = job
-        .spawn(
-            WORLD,
-            "soak",
-            &[("SYMMWIN_TIMEOUT_MS", TIMEOUT_MS.to_string())],
-        )
+        .spawn(WORLD, "soak", &[common::timeout_ms(TIMEOUT_MS)])
         .wait(limit);
     let wall = start.elapsed();
     common::assert_all_success(&outs);

@@ -10,6 +10,7 @@ use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
+use super::request::{OpRequest, Transfer};
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 
@@ -189,9 +190,14 @@ pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> 
         Ok((input.symm("input")?, out.symm("out")?, input.len / world))
     };
     let (i, o, per_peer) = check().map_err(|e| w.context(e))?;
+    let op = OpRequest::AllToAll {
+        input: &i,
+        out: &o,
+        chunk: per_peer,
+    };
     // SAFETY: both operands were checked to lie in their live windows of one group.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.all_to_all(ctx, &i, &o, per_peer)
+        ops.execute(ctx, &op)
     })
 }
 
@@ -209,14 +215,11 @@ pub fn all_to_all_v(
     let w = input.window;
     let args =
         var_args(shape, input, out, splits, out_splits_offsets, rows).map_err(|e| w.context(e))?;
+    let op = OpRequest::AllToAllV { shape, args: &args };
     // SAFETY: var_args checked every operand against its window, the table lengths
     // against the world size and the row counts against the operands.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        match shape {
-            Shape::Flat => ops.all_to_all_vdev(ctx, &args),
-            Shape::Dispatch { major_align } => ops.all_to_all_vdev_2d(ctx, &args, major_align),
-            Shape::Combine => ops.all_to_all_vdev_2d_offset(ctx, &args),
-        }
+        ops.execute(ctx, &op)
     })
 }
 
@@ -306,9 +309,14 @@ pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
     let w = buf.window;
     let check = || Ok((buf.symm("input")?, peer_arg(root, w.world(), "root")?));
     let (b, root) = check().map_err(|e: Error| w.context(e))?;
+    let op = OpRequest::Broadcast {
+        buf: &b,
+        len: b.len,
+        root,
+    };
     // SAFETY: the operand was checked to lie in its live window.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.broadcast(ctx, &b, b.len, root)
+        ops.execute(ctx, &op)
     })
 }
 
@@ -317,13 +325,19 @@ pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) 
     let w = buf.window;
     let check = || Ok((buf.symm("tensor")?, peer_arg(peer, w.world(), "peer")?));
     let (b, peer) = check().map_err(|e: Error| w.context(e))?;
+    let transfer = Transfer {
+        buf: &b,
+        len: b.len,
+        peer,
+    };
+    let op = if into_peer {
+        OpRequest::Put(transfer)
+    } else {
+        OpRequest::Get(transfer)
+    };
     // SAFETY: the operand was checked to lie in its live window.
     run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        if into_peer {
-            ops.put(ctx, &b, b.len, peer)
-        } else {
-            ops.get(ctx, &b, b.len, peer)
-        }
+        ops.execute(ctx, &op)
     })
 }
 
@@ -359,9 +373,18 @@ pub fn put_with_signal(
         ))
     };
     let (b, s, peer) = check().map_err(|e: Error| w.context(e))?;
+    let op = OpRequest::PutWithSignal {
+        put: Transfer {
+            buf: &b,
+            len: b.len,
+            peer,
+        },
+        sig: &s,
+        value,
+    };
     // SAFETY: both operands were checked to lie in their live windows.
     run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        ops.put_with_signal(ctx, &b, b.len, &s, value, peer)
+        ops.execute(ctx, &op)
     })
 }
 
@@ -449,9 +472,15 @@ pub unsafe fn put_signal(
         Ok((d, peer_arg(peer, w.world(), "peer")?))
     };
     let (d, peer) = check().map_err(|e: Error| w.context(e))?;
+    let op = OpRequest::PutSignal {
+        src,
+        len,
+        dst: &d,
+        peer,
+    };
     // SAFETY: `dst` was checked against its window; the caller vouches for `src`.
     run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        ops.put_signal(ctx, src, len, &d, peer)
+        ops.execute(ctx, &op)
     })
 }
 
@@ -506,9 +535,16 @@ pub fn tile_reduce(
         Ok((bufs, tile_buf(&out, extent, "out_tile")?))
     };
     let (bufs, o) = check().map_err(|e: Error| w.context(e))?;
+    let op = OpRequest::TileReduce {
+        ins: &bufs,
+        roots,
+        out: &o,
+        tile: &tile,
+        op,
+    };
     // SAFETY: every tile was checked to lie in its live window with the tile's extent.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.tile_reduce(ctx, &bufs, roots, &o, &tile, op)
+        ops.execute(ctx, &op)
     })
 }
 

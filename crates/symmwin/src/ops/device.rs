@@ -18,16 +18,17 @@
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 
-use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, SignalWait};
+use super::request::OpRequest;
 
 /// The ops of one provider, over flat-layout addresses.
 ///
 /// Every method is `unsafe`: the caller ([`super::collective`]) guarantees that each
-/// [`SymmBuf`] describes memory mapped in this process at `addr(r)` for every rank
-/// `r` with at least `room` bytes (and `len` bytes for this rank), that the mapping
-/// lives until the op has completed on its stream, and that `ctx.pads` are the live
-/// pads of the group the operands belong to. Implementations must not access a byte
-/// outside those ranges whatever the split tables say.
+/// [`SymmBuf`](super::SymmBuf) of a request describes memory mapped in this process at `addr(r)` for
+/// every rank `r` with at least `room` bytes (and `len` bytes for this rank), that the
+/// mapping lives until the op has completed on its stream, and that `ctx.pads` are the
+/// live pads of the group the operands belong to. Implementations must not access a
+/// byte outside those ranges whatever the split tables say.
 pub trait DeviceOps: Send + Sync {
     /// Report an error recorded by an earlier asynchronous op (a split larger than its
     /// output, a peer that never signalled), once. Host implementations report
@@ -36,87 +37,12 @@ pub trait DeviceOps: Send + Sync {
         Ok(())
     }
 
-    /// Equal-split all-to-all: block `j` (`bytes_per_peer` bytes at `j *
-    /// bytes_per_peer`) of this rank's `input` lands at block `rank` of rank `j`'s
-    /// `out` (torch's `nvshmem_all_to_all`).
+    /// Run one op of this rank of `ctx`'s group (see [`OpRequest`] for each op).
     ///
     /// # Safety
-    /// See the trait documentation.
-    unsafe fn all_to_all(
-        &self,
-        ctx: &OpContext,
-        input: &SymmBuf,
-        out: &SymmBuf,
-        bytes_per_peer: usize,
-    ) -> Result<()>;
-
-    /// torch's `all_to_all_vdev`: `in_splits[j]` rows (after the exclusive prefix
-    /// sum of the splits before it) go to rank `j`; `out_splits_offsets[0][i]` is
-    /// set to the rows received from rank `i` and `[1][i]` to where they start.
-    /// `args.experts_per_rank` is 1.
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()>;
-
-    /// torch's `all_to_all_vdev_2d` (MoE dispatch): rank-major input chunks to
-    /// expert-major output, each local expert's block aligned to `major_align` rows
-    /// (>= 1) and at least `major_align` rows long (see [`super::plan`]).
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn all_to_all_vdev_2d(
-        &self,
-        ctx: &OpContext,
-        args: &VarArgs,
-        major_align: usize,
-    ) -> Result<()>;
-
-    /// torch's `all_to_all_vdev_2d_offset` (MoE combine): expert-major input chunks
-    /// at explicit offsets (`in_splits` is `[2, E*W]`) to rank-major output, packed.
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()>;
-
-    /// Copy the first `len` bytes of `root`'s `buf` into every rank's `buf`.
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn broadcast(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        root: usize,
-    ) -> Result<()>;
-
-    /// One-sided: copy the first `len` bytes of this rank's `buf` into `peer`'s `buf`.
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()>;
-
-    /// One-sided: copy the first `len` bytes of `peer`'s `buf` into this rank's `buf`.
-    ///
-    /// # Safety
-    /// See the trait documentation.
-    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()>;
-
-    /// One-sided: [`DeviceOps::put`], then set the `u64` at `peer`'s `sig` to
-    /// `value` with release ordering (torch's `nvshmem_put_with_signal`).
-    ///
-    /// # Safety
-    /// See the trait documentation; `sig` is 8-byte aligned with 8 bytes of room.
-    unsafe fn put_with_signal(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        sig: &SymmBuf,
-        value: u64,
-        peer: usize,
-    ) -> Result<()>;
+    /// See the trait documentation; for [`OpRequest::PutSignal`] the caller also
+    /// vouches that `src..src+len` is readable and live.
+    unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()>;
 
     /// Wait until the `u64` at this process's address `wait.word` equals `wait.value`
     /// (acquire), then reset it to zero so a pad is zero at rest and the same value can
@@ -127,39 +53,6 @@ pub trait DeviceOps: Send + Sync {
     /// `wait.word` is an 8-byte aligned, live `u64` of this provider's memory, accessed
     /// only atomically while the op runs.
     unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()>;
-
-    /// One-sided: copy `len` bytes from this process's address `src` (any memory of
-    /// this provider, not necessarily symmetric) into `peer`'s `dst`, then signal
-    /// `peer` on channel 0 of `ctx.pads` (the pad protocol; torch's
-    /// `nccl_put_signal`). The receiver's `wait_signal` is
-    /// [`crate::provider::Signals::wait`] on the same channel.
-    ///
-    /// # Safety
-    /// See the trait documentation; `src..src+len` is readable and live.
-    unsafe fn put_signal(
-        &self,
-        ctx: &OpContext,
-        src: usize,
-        len: usize,
-        dst: &SymmBuf,
-        peer: usize,
-    ) -> Result<()>;
-
-    /// Tile reduce: for each `i`, rank `roots[i]` gets into its `out` the reduction
-    /// over all ranks of their `ins[i]` tile. `single root` is `ins.len() == 1`.
-    /// Roots are distinct; a rank that is no root only contributes.
-    ///
-    /// # Safety
-    /// See the trait documentation; every operand holds `tile.extent_bytes()` bytes.
-    unsafe fn tile_reduce(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-        op: ReduceOp,
-    ) -> Result<()>;
 }
 
 /// The ops of a provider that does not implement them (yet): every call is a clear
@@ -183,70 +76,65 @@ impl UnsupportedOps {
 }
 
 impl DeviceOps for UnsupportedOps {
-    unsafe fn all_to_all(&self, _: &OpContext, _: &SymmBuf, _: &SymmBuf, _: usize) -> Result<()> {
-        self.refuse("all_to_all")
-    }
-
-    unsafe fn all_to_all_vdev(&self, _: &OpContext, _: &VarArgs) -> Result<()> {
-        self.refuse("all_to_all_vdev")
-    }
-
-    unsafe fn all_to_all_vdev_2d(&self, _: &OpContext, _: &VarArgs, _: usize) -> Result<()> {
-        self.refuse("all_to_all_vdev_2d")
-    }
-
-    unsafe fn all_to_all_vdev_2d_offset(&self, _: &OpContext, _: &VarArgs) -> Result<()> {
-        self.refuse("all_to_all_vdev_2d_offset")
-    }
-
-    unsafe fn broadcast(&self, _: &OpContext, _: &SymmBuf, _: usize, _: usize) -> Result<()> {
-        self.refuse("broadcast")
-    }
-
-    unsafe fn put(&self, _: &OpContext, _: &SymmBuf, _: usize, _: usize) -> Result<()> {
-        self.refuse("put")
-    }
-
-    unsafe fn get(&self, _: &OpContext, _: &SymmBuf, _: usize, _: usize) -> Result<()> {
-        self.refuse("get")
-    }
-
-    unsafe fn put_with_signal(
-        &self,
-        _: &OpContext,
-        _: &SymmBuf,
-        _: usize,
-        _: &SymmBuf,
-        _: u64,
-        _: usize,
-    ) -> Result<()> {
-        self.refuse("put_with_signal")
+    unsafe fn execute(&self, _: &OpContext, op: &OpRequest) -> Result<()> {
+        self.refuse(op.name())
     }
 
     unsafe fn wait_for_signal(&self, _: &SignalWait) -> Result<()> {
         self.refuse("wait_for_signal")
     }
+}
 
-    unsafe fn put_signal(
-        &self,
-        _: &OpContext,
-        _: usize,
-        _: usize,
-        _: &SymmBuf,
-        _: usize,
-    ) -> Result<()> {
-        self.refuse("put_signal")
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::FlatLayout;
+    use crate::ops::request::Transfer;
+    use crate::ops::SymmBuf;
 
-    unsafe fn tile_reduce(
-        &self,
-        _: &OpContext,
-        _: &[SymmBuf],
-        _: &[usize],
-        _: &SymmBuf,
-        _: &Tile,
-        _: ReduceOp,
-    ) -> Result<()> {
-        self.refuse("tile_reduce")
+    #[test]
+    fn a_provider_without_ops_refuses_each_by_name() {
+        let buf = SymmBuf {
+            layout: FlatLayout::new(1 << 30, 4096, 2).unwrap(),
+            offset: 0,
+            len: 8,
+            room: 4096,
+        };
+        let ops = UnsupportedOps { provider: "test" };
+        let put = Transfer {
+            buf: &buf,
+            len: 8,
+            peer: 1,
+        };
+        let requests = [
+            (OpRequest::Put(put), "put"),
+            (OpRequest::Get(put), "get"),
+            (
+                OpRequest::PutWithSignal {
+                    put,
+                    sig: &buf,
+                    value: 1,
+                },
+                "put_with_signal",
+            ),
+        ];
+        for (request, name) in requests {
+            let pads = crate::provider::PadLayout::from_parts(1 << 20, 4096, 4096, 0, 2).unwrap();
+            let ctx = OpContext {
+                rank: 0,
+                world: 2,
+                channel: 0,
+                pads,
+                timeout: std::time::Duration::from_secs(1),
+                stream: 0,
+                engine: crate::ops::Engine::Auto,
+            };
+            // SAFETY: the refusing implementation touches no memory.
+            let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();
+            assert!(
+                matches!(err.kind(), ErrorKind::Unsupported(m) if m.starts_with(&format!("{name} is not implemented for test memory"))),
+                "{err}"
+            );
+        }
     }
 }

@@ -9,16 +9,17 @@
 //! it reports the error after the exit barrier.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::host::{wait_until, HostSignals};
-use crate::provider::Signals;
+use crate::error::{Error, Result};
+use crate::provider::host::{timed_out, wait_until, HostSignals};
+use crate::provider::{PadSignal, SignalAt, Signals};
 
 use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
 use super::device::DeviceOps;
 use super::elem;
 use super::plan::{in_table_len, plan, Plan, Shape};
+use super::request::OpRequest;
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -30,8 +31,11 @@ const I64: usize = std::mem::size_of::<i64>();
 
 impl HostOps {
     fn barrier(&self, ctx: &OpContext) -> Result<()> {
-        self.signals
-            .barrier(&ctx.pads, ctx.channel, ctx.timeout, ctx.stream)
+        self.signals.signal(
+            &ctx.pads,
+            PadSignal::Barrier,
+            SignalAt::new(ctx.channel, ctx.timeout, ctx.stream),
+        )
     }
 
     /// Entry barrier, `body`, exit barrier; the body's error is reported after the
@@ -152,17 +156,6 @@ fn run_plan(shape: Shape, ctx: &OpContext, args: &VarArgs) -> Result<()> {
     )
 }
 
-fn timed_out(peer: usize, waited: Duration) -> Error {
-    Error::new(
-        Phase::Signal,
-        ErrorKind::Timeout {
-            missing: vec![peer],
-            waited,
-        },
-    )
-    .with_peer(peer)
-}
-
 /// The 64-bit signal word of `rank`'s `sig` (often in a signal pad), borrowed no
 /// longer than `sig`, that is, one op.
 fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&AtomicU64> {
@@ -177,148 +170,129 @@ fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&AtomicU64> {
 }
 
 impl DeviceOps for HostOps {
-    unsafe fn all_to_all(
-        &self,
-        ctx: &OpContext,
-        input: &SymmBuf,
-        out: &SymmBuf,
-        bytes_per_peer: usize,
-    ) -> Result<()> {
-        self.collective(ctx, || {
-            for src in 0..ctx.world {
-                let from = input
-                    .range(src, ctx.rank * bytes_per_peer, bytes_per_peer)
-                    .map_err(|e| e.with_peer(src))?;
-                let to = out.range(ctx.rank, src * bytes_per_peer, bytes_per_peer)?;
-                // SAFETY: both ranges checked against their operands' room.
-                unsafe { copy(to, from, bytes_per_peer) };
+    unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
+        // SAFETY (every arm): a propagation of the caller's assertion.
+        match *op {
+            OpRequest::AllToAll { input, out, chunk } => {
+                self.collective(ctx, || unsafe { all_to_all(ctx, input, out, chunk) })
             }
-            Ok(())
-        })
-    }
-
-    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.collective(ctx, || run_plan(Shape::Flat, ctx, args))
-    }
-
-    unsafe fn all_to_all_vdev_2d(
-        &self,
-        ctx: &OpContext,
-        args: &VarArgs,
-        major_align: usize,
-    ) -> Result<()> {
-        self.collective(ctx, || run_plan(Shape::Dispatch { major_align }, ctx, args))
-    }
-
-    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.collective(ctx, || run_plan(Shape::Combine, ctx, args))
-    }
-
-    unsafe fn broadcast(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        root: usize,
-    ) -> Result<()> {
-        self.collective(ctx, || {
-            if ctx.rank != root {
-                let from = buf.range(root, 0, len).map_err(|e| e.with_peer(root))?;
-                let to = buf.range(ctx.rank, 0, len)?;
-                // SAFETY: both ranges checked against the operand's room.
-                unsafe { copy(to, from, len) };
+            OpRequest::AllToAllV { shape, args } => {
+                self.collective(ctx, || run_plan(shape, ctx, args))
             }
-            Ok(())
-        })
-    }
-
-    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        let from = buf.range(ctx.rank, 0, len)?;
-        let to = buf.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
-        // SAFETY: both ranges checked against the operand's room.
-        unsafe { copy(to, from, len) };
-        Ok(())
-    }
-
-    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        let from = buf.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
-        let to = buf.range(ctx.rank, 0, len)?;
-        // SAFETY: both ranges checked against the operand's room.
-        unsafe { copy(to, from, len) };
-        Ok(())
-    }
-
-    unsafe fn put_with_signal(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        sig: &SymmBuf,
-        value: u64,
-        peer: usize,
-    ) -> Result<()> {
-        let word = signal_word(sig, peer).map_err(|e| e.with_peer(peer))?;
-        // SAFETY: a propagation of the caller's assertion.
-        unsafe { self.put(ctx, buf, len, peer)? };
-        // Release: the data is visible to whoever acquires the signal.
-        word.store(value, Ordering::Release);
-        Ok(())
-    }
-
-    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
-        let SignalWait {
-            word,
-            value,
-            rank,
-            peer,
-            timeout,
-            ..
-        } = *wait;
-        // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
-        let word = unsafe { AtomicU64::from_ptr(word as *mut u64) };
-        let deadline = Instant::now() + timeout;
-        let consumed = || {
-            word.compare_exchange_weak(value, 0, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        };
-        if wait_until(deadline, consumed) {
-            Ok(())
-        } else {
-            Err(timed_out(peer, timeout).at_rank(rank))
+            OpRequest::Broadcast { buf, len, root } => {
+                self.collective(ctx, || unsafe { broadcast(ctx, buf, len, root) })
+            }
+            OpRequest::Put(t) => unsafe { copy_between(ctx, t.buf, t.len, ctx.rank, t.peer) },
+            OpRequest::Get(t) => unsafe { copy_between(ctx, t.buf, t.len, t.peer, ctx.rank) },
+            OpRequest::PutWithSignal { put, sig, value } => {
+                let word = signal_word(sig, put.peer).map_err(|e| e.with_peer(put.peer))?;
+                unsafe { copy_between(ctx, put.buf, put.len, ctx.rank, put.peer)? };
+                // Release: the data is visible to whoever acquires the signal.
+                word.store(value, Ordering::Release);
+                Ok(())
+            }
+            OpRequest::PutSignal {
+                src,
+                len,
+                dst,
+                peer,
+            } => {
+                let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
+                unsafe { copy(to, src, len) };
+                self.signals.signal(
+                    &ctx.pads,
+                    PadSignal::Put(peer),
+                    SignalAt::new(0, ctx.timeout, ctx.stream),
+                )
+            }
+            OpRequest::TileReduce {
+                ins,
+                roots,
+                out,
+                tile,
+                op,
+            } => self.collective(ctx, || {
+                let Some(mine) = roots.iter().position(|&r| r == ctx.rank) else {
+                    return Ok(());
+                };
+                reduce_tile(ctx, &ins[mine], out, tile, op)
+            }),
         }
     }
 
-    unsafe fn put_signal(
-        &self,
-        ctx: &OpContext,
-        src: usize,
-        len: usize,
-        dst: &SymmBuf,
-        peer: usize,
-    ) -> Result<()> {
-        let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
-        // SAFETY: the destination was checked; the caller vouches for the source.
-        unsafe { copy(to, src, len) };
-        self.signals
-            .put(&ctx.pads, peer, 0, ctx.timeout, ctx.stream)
+    unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
+        // SAFETY: the caller guarantees an aligned, live u64 accessed only atomically.
+        let word = unsafe { AtomicU64::from_ptr(wait.word as *mut u64) };
+        let consumed = || {
+            word.compare_exchange_weak(wait.value, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        };
+        if wait_until(Instant::now() + wait.timeout, consumed) {
+            Ok(())
+        } else {
+            Err(timed_out(wait.peer, wait.timeout).at_rank(wait.rank))
+        }
     }
+}
 
-    unsafe fn tile_reduce(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.collective(ctx, || {
-            let Some(mine) = roots.iter().position(|&r| r == ctx.rank) else {
-                return Ok(());
-            };
-            reduce_tile(ctx, &ins[mine], out, tile, op)
-        })
+/// Every rank's block `rank` of `input` into this rank's `out`, in sender order.
+///
+/// # Safety
+/// [`DeviceOps`]' contract for both operands.
+unsafe fn all_to_all(
+    ctx: &OpContext,
+    input: &SymmBuf,
+    out: &SymmBuf,
+    bytes_per_peer: usize,
+) -> Result<()> {
+    for src in 0..ctx.world {
+        let from = input
+            .range(src, ctx.rank * bytes_per_peer, bytes_per_peer)
+            .map_err(|e| e.with_peer(src))?;
+        let to = out.range(ctx.rank, src * bytes_per_peer, bytes_per_peer)?;
+        // SAFETY: both ranges checked against their operands' room.
+        unsafe { copy(to, from, bytes_per_peer) };
     }
+    Ok(())
+}
+
+/// `root`'s first `len` bytes of `buf` into this rank's.
+///
+/// # Safety
+/// [`DeviceOps`]' contract for `buf`.
+unsafe fn broadcast(ctx: &OpContext, buf: &SymmBuf, len: usize, root: usize) -> Result<()> {
+    if ctx.rank == root {
+        return Ok(());
+    }
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe { copy_between(ctx, buf, len, root, ctx.rank) }
+}
+
+/// The first `len` bytes of rank `from`'s `buf` into rank `to`'s (one of them this
+/// rank; an error on the other's range names it as the peer).
+///
+/// # Safety
+/// [`DeviceOps`]' contract for `buf`.
+unsafe fn copy_between(
+    ctx: &OpContext,
+    buf: &SymmBuf,
+    len: usize,
+    from: usize,
+    to: usize,
+) -> Result<()> {
+    let range = |rank: usize| {
+        let at = buf.range(rank, 0, len);
+        if rank == ctx.rank {
+            at
+        } else {
+            at.map_err(|e| e.with_peer(rank))
+        }
+    };
+    let src = range(from)?;
+    let dst = range(to)?;
+    // SAFETY: both ranges checked against the operand's room.
+    unsafe { copy(dst, src, len) };
+    Ok(())
 }
 
 /// Reduce every rank's `input` tile into this rank's `out`, row by row.

@@ -22,12 +22,14 @@ mod elem;
 mod engine;
 pub mod host;
 pub mod plan;
+mod request;
 mod spanning;
 
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
+pub use request::{OpRequest, Transfer};
 
 use crate::error::{Error, Result};
 use crate::provider::PadLayout;

@@ -10,8 +10,8 @@ use rustix::mm::{MapFlags, ProtFlags};
 
 use super::mapped::MappedRanges;
 use super::{
-    downcast, HandleType, Memory, PadLayout, Provider, ProviderInfo, ProviderKind, SharedHandle,
-    Signals, Span, StreamHandle, Table,
+    downcast, HandleType, Memory, PadLayout, PadSignal, Provider, ProviderInfo, ProviderKind,
+    SharedHandle, SignalAt, Signals, Span, Table,
 };
 use crate::error::{Error, ErrorKind, Phase, Result};
 
@@ -333,7 +333,8 @@ pub(crate) fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> b
     true
 }
 
-fn timed_out(peer: usize, timeout: Duration) -> Error {
+/// A wait for `peer` that gave up after `timeout`.
+pub(crate) fn timed_out(peer: usize, timeout: Duration) -> Error {
     Error::new(
         Phase::Signal,
         ErrorKind::Timeout {
@@ -345,60 +346,52 @@ fn timed_out(peer: usize, timeout: Duration) -> Error {
 }
 
 impl Signals for HostSignals {
-    fn barrier(
-        &self,
-        pads: &PadLayout,
-        channel: usize,
-        timeout: Duration,
-        _stream: StreamHandle,
-    ) -> Result<()> {
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()> {
+        let SignalAt {
+            channel, timeout, ..
+        } = at;
         let deadline = Instant::now() + timeout;
-        for peer in (0..pads.world()).filter(|&p| p != pads.rank()) {
-            let word = pad_word(pads, peer, channel, pads.rank())?;
-            if !spin_until(word, 0, 1, Ordering::Release, deadline) {
-                return Err(timed_out(peer, timeout));
+        let flip = |flip: Flip| flip.run(pads, channel, deadline, timeout);
+        let peers = || (0..pads.world()).filter(|&p| p != pads.rank());
+        match op {
+            PadSignal::Barrier => {
+                peers().try_for_each(|peer| flip(Flip::Set(peer)))?;
+                peers().try_for_each(|peer| flip(Flip::Take(peer)))
             }
-        }
-        for peer in (0..pads.world()).filter(|&p| p != pads.rank()) {
-            let word = pad_word(pads, pads.rank(), channel, peer)?;
-            if !spin_until(word, 1, 0, Ordering::Acquire, deadline) {
-                return Err(timed_out(peer, timeout));
-            }
-        }
-        Ok(())
-    }
-
-    fn put(
-        &self,
-        pads: &PadLayout,
-        dst: usize,
-        channel: usize,
-        timeout: Duration,
-        _stream: StreamHandle,
-    ) -> Result<()> {
-        pads.check_peer(dst)?;
-        let word = pad_word(pads, dst, channel, pads.rank())?;
-        if spin_until(word, 0, 1, Ordering::Release, Instant::now() + timeout) {
-            Ok(())
-        } else {
-            Err(timed_out(dst, timeout))
+            PadSignal::Put(dst) => flip(Flip::Set(dst)),
+            PadSignal::Wait(src) => flip(Flip::Take(src)),
         }
     }
+}
 
-    fn wait(
-        &self,
+/// One pad word changed by this rank: its slot in a peer's pad set (CAS 0 -> 1 with
+/// release), or the peer's slot in its own pad taken (CAS 1 -> 0 with acquire).
+#[derive(Clone, Copy)]
+enum Flip {
+    Set(usize),
+    Take(usize),
+}
+
+impl Flip {
+    /// Flip the word by `deadline`, or time out naming the peer.
+    fn run(
+        self,
         pads: &PadLayout,
-        src: usize,
         channel: usize,
+        deadline: Instant,
         timeout: Duration,
-        _stream: StreamHandle,
     ) -> Result<()> {
-        pads.check_peer(src)?;
-        let word = pad_word(pads, pads.rank(), channel, src)?;
-        if spin_until(word, 1, 0, Ordering::Acquire, Instant::now() + timeout) {
+        let me = pads.rank();
+        let (peer, owner, src, from, ordering) = match self {
+            Flip::Set(dst) => (dst, dst, me, 0, Ordering::Release),
+            Flip::Take(src) => (src, me, src, 1, Ordering::Acquire),
+        };
+        pads.check_peer(peer)?;
+        let word = pad_word(pads, owner, channel, src)?;
+        if spin_until(word, from, 1 - from, ordering, deadline) {
             Ok(())
         } else {
-            Err(timed_out(src, timeout))
+            Err(timed_out(peer, timeout))
         }
     }
 }

@@ -161,32 +161,42 @@ pub trait Signals: Send + Sync {
     fn synchronize(&self, _stream: StreamHandle) -> Result<()> {
         self.check_errors()
     }
-    /// Signal every peer on `channel`, then wait for every peer's signal.
-    fn barrier(
-        &self,
-        pads: &PadLayout,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
-    /// Signal `dst` on `channel`.
-    fn put(
-        &self,
-        pads: &PadLayout,
-        dst: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
-    /// Wait for `src`'s signal on `channel`.
-    fn wait(
-        &self,
-        pads: &PadLayout,
-        src: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()>;
+    /// Run one signal operation on `pads`, on the channel, within the limit and on the
+    /// stream `at` gives.
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()>;
+}
+
+/// Where, how long and in which order one signal operation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalAt {
+    /// The pad channel.
+    pub channel: usize,
+    /// How long a wait may take.
+    pub timeout: Duration,
+    /// The stream the operation is ordered on (device providers; 0: legacy default).
+    pub stream: StreamHandle,
+}
+
+impl SignalAt {
+    /// Channel `channel`, waiting up to `timeout`, ordered on `stream`.
+    pub fn new(channel: usize, timeout: Duration, stream: StreamHandle) -> Self {
+        SignalAt {
+            channel,
+            timeout,
+            stream,
+        }
+    }
+}
+
+/// One operation of [`Signals::signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PadSignal {
+    /// Signal every peer, then wait for every peer's signal.
+    Barrier,
+    /// Signal this rank.
+    Put(usize),
+    /// Wait for this rank's signal.
+    Wait(usize),
 }
 
 /// A source of shareable physical memory.

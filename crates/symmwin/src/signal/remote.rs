@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,12 +263,13 @@ impl<'a> SignalScope<'a> {
         stream: StreamHandle,
     ) -> Result<()> {
         let me = self.pads.rank();
-        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals.put(self.pads, peer, channel, left(), stream)?;
-        }
-        for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
-            self.signals
-                .wait(self.pads, peer, channel, left(), stream)?;
+        // Signal every mapped peer, then wait for every one.
+        let signal_then_wait: [fn(usize) -> PadSignal; 2] = [PadSignal::Put, PadSignal::Wait];
+        for op in signal_then_wait {
+            for peer in (0..self.mapped.len()).filter(|&p| p != me && self.mapped[p]) {
+                let at = SignalAt::new(channel, left(), stream);
+                self.signals.signal(self.pads, op(peer), at)?;
+            }
         }
         Ok(())
     }

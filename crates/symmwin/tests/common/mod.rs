@@ -7,6 +7,7 @@
 //! a rank still running at the deadline is killed and the test fails.
 #![allow(dead_code)] // every test binary uses a different part of this module
 
+pub mod hooked_store;
 pub mod hosts;
 
 use std::path::{Path, PathBuf};
@@ -25,15 +26,46 @@ pub const SCENARIO: &str = "SYMMWIN_TEST_SCENARIO";
 /// How long a job may run unless a test says otherwise.
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
 
-/// Body of each binary's `worker` test: run the scenario and print its result.
-pub fn worker_main(dispatch: impl FnOnce(&str, usize, usize) -> String) {
+/// One scenario a worker process can run: `(rank, world)` to its result line.
+pub type Scenario = fn(usize, usize) -> String;
+
+/// Body of each binary's `worker` test: run the scenario named in the environment
+/// (one of `scenarios`) and print its result.
+pub fn worker_main(scenarios: &[(&str, Scenario)]) {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return; // run directly (e.g. `--ignored`): nothing to do
     };
-    let rank = env_usize("RANK");
-    let world = env_usize("WORLD");
-    let outcome = dispatch(&scenario, rank, world);
+    let Some(&(_, run)) = scenarios.iter().find(|(name, _)| *name == scenario) else {
+        panic!("unknown scenario {scenario}");
+    };
+    let outcome = run(env_usize("RANK"), env_usize("WORLD"));
     println!("RESULT {outcome}");
+}
+
+/// The `worker` test of a test binary, the entry point of the worker processes its
+/// other tests start: `common::worker! { "name" => scenario_fn, ... }`.
+#[allow(unused_macros)] // binaries without worker processes
+macro_rules! worker {
+    ($($name:literal => $run:expr),+ $(,)?) => {
+        #[test]
+        #[ignore = "worker process entry point, started by the other tests"]
+        fn worker() {
+            common::worker_main(&[$(($name, $run)),+]);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use worker;
+
+/// The environment entry setting the timeout of a job's ranks.
+pub fn timeout_ms(ms: u64) -> (&'static str, String) {
+    ("SYMMWIN_TIMEOUT_MS", ms.to_string())
+}
+
+/// The environment entry keeping a worker on one malloc arena: threads that play peers
+/// must not make glibc map new arenas, which would look like leaks in a mapping count.
+pub fn one_malloc_arena() -> (&'static str, String) {
+    ("MALLOC_ARENA_MAX", "1".into())
 }
 
 /// A job's private directory (store, sockets, worker output), removed on drop.
@@ -265,8 +297,24 @@ pub fn env_usize(name: &str) -> usize {
 
 /// Join group `name` on the job's file store with the host provider.
 pub fn join_group(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    join_wrapped(name, rank, world, |files| Arc::new(files))
+}
+
+/// The job's file store, as [`join_group`] uses it.
+pub fn job_store() -> FileStore {
+    FileStore::new(std::env::var("STORE").unwrap()).unwrap()
+}
+
+/// [`join_group`] through the store `wrap` makes of the job's file store (a store that
+/// misbehaves on purpose, on the ranks the test picks).
+pub fn join_wrapped(
+    name: &str,
+    rank: usize,
+    world: usize,
+    wrap: impl FnOnce(FileStore) -> Arc<dyn symmwin::Store>,
+) -> (Group, Arc<dyn Provider>) {
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
+    let store = wrap(job_store());
     let group = self::group(
         GroupSpec::new(name, rank, world),
         store,
@@ -374,6 +422,54 @@ pub fn group(
     config: &Config,
 ) -> Group {
     Group::new(spec, store, provider.clone(), config).unwrap()
+}
+
+/// A fake rank 1 of two-rank group `group` on `store`: waits (up to 5 s) for rank 0's
+/// published request and returns it with its own, rank 0's re-labelled as rank 1 with
+/// `endpoint`'s socket and token.
+pub fn fake_rank1_requests(
+    store: &dyn symmwin::Store,
+    group: &str,
+    endpoint: &symmwin::testing::Endpoint,
+) -> Result<(Request, Request), String> {
+    let key = symmwin::store::Namespace::new(group).request(0, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let bytes = loop {
+        if let Some(b) = store.try_get(&key).map_err(|e| e.to_string())? {
+            break b;
+        }
+        if Instant::now() > deadline {
+            return Err("rank 0 never published".into());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let theirs = Request::decode("k", 0, &bytes).map_err(|e| e.to_string())?;
+    let mut ours = theirs.clone();
+    ours.rank = 1;
+    ours.socket = endpoint.path().to_path_buf();
+    ours.token = endpoint.token().to_hex();
+    Ok((theirs, ours))
+}
+
+/// A fake rank 1's half of a rendezvous of a two-rank group `group` (sequence 0):
+/// send rank 0 `handle` for `physical_size` bytes and take rank 0's, within `timeout`.
+pub fn fake_rank1_all_gather(
+    endpoint: &mut symmwin::testing::Endpoint,
+    (group, physical_size): (&str, u64),
+    (theirs, ours): (&Request, &Request),
+    handle: &symmwin::provider::SharedHandle,
+    timeout: Duration,
+) -> symmwin::Result<()> {
+    let peers = peer_addresses(theirs, ours);
+    let round = symmwin::testing::Round {
+        group: symmwin::token::stable_id(group),
+        seq: 0,
+        rank: 1,
+        peers: &peers,
+        targets: &[0],
+        physical_size,
+    };
+    endpoint.all_gather(&round, handle, timeout).map(drop)
 }
 
 /// A well-formed fd-handle message of 4096 physical bytes from `sender` of a `world`-rank

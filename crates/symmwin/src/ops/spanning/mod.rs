@@ -27,9 +27,9 @@ use crate::error::Result;
 use crate::provider::Provider;
 use crate::signal::remote::{RemotePeers, SignalScope};
 
-use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
+use super::args::{OpContext, SignalWait, SymmBuf};
 use super::device::DeviceOps;
-use super::plan::Shape;
+use super::request::OpRequest;
 use moves::Moves;
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move
@@ -86,133 +86,81 @@ impl<'a> SpanningOps<'a> {
     }
 }
 
+impl SpanningOps<'_> {
+    /// Body of `all_to_all`: pull each mapped peer's block, exchange the others'.
+    fn all_to_all(
+        &self,
+        ctx: &OpContext,
+        input: &SymmBuf,
+        out: &SymmBuf,
+        chunk: usize,
+    ) -> Result<()> {
+        let me = ctx.rank;
+        let mut moves = Moves::default();
+        for peer in 0..ctx.world {
+            let into = out.range(me, peer * chunk, chunk)?;
+            if self.mapped(peer) {
+                let from = input
+                    .range(peer, me * chunk, chunk)
+                    .map_err(|e| e.with_peer(peer))?;
+                moves.copy(into, from, chunk);
+            } else {
+                moves.recv(peer, into, chunk)?;
+                moves.send(peer, input.range(me, peer * chunk, chunk)?, chunk)?;
+            }
+        }
+        self.execute(ctx, &moves)
+    }
+
+    /// Body of `broadcast`: the root sends to the other hosts, this host pulls.
+    fn broadcast(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, root: usize) -> Result<()> {
+        let mine = buf.range(ctx.rank, 0, len)?;
+        let mut moves = Moves::default();
+        if ctx.rank == root {
+            for peer in self.remote_ranks() {
+                moves.send(peer, mine, len)?;
+            }
+        } else if self.mapped(root) {
+            let from = buf.range(root, 0, len).map_err(|e| e.with_peer(root))?;
+            moves.copy(mine, from, len);
+        } else {
+            moves.recv(root, mine, len)?;
+        }
+        self.execute(ctx, &moves)
+    }
+}
+
 impl DeviceOps for SpanningOps<'_> {
     fn check_errors(&self) -> Result<()> {
         self.provider.ops().check_errors()
     }
 
-    unsafe fn all_to_all(
-        &self,
-        ctx: &OpContext,
-        input: &SymmBuf,
-        out: &SymmBuf,
-        bytes_per_peer: usize,
-    ) -> Result<()> {
-        self.collective(ctx, || {
-            let me = ctx.rank;
-            let mut moves = Moves::default();
-            for peer in 0..ctx.world {
-                let into = out.range(me, peer * bytes_per_peer, bytes_per_peer)?;
-                if self.mapped(peer) {
-                    let from = input
-                        .range(peer, me * bytes_per_peer, bytes_per_peer)
-                        .map_err(|e| e.with_peer(peer))?;
-                    moves.copy(into, from, bytes_per_peer);
-                } else {
-                    let mine = input.range(me, peer * bytes_per_peer, bytes_per_peer)?;
-                    moves.recv(peer, into, bytes_per_peer)?;
-                    moves.send(peer, mine, bytes_per_peer)?;
-                }
+    unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
+        match *op {
+            OpRequest::AllToAll { input, out, chunk } => {
+                self.collective(ctx, || self.all_to_all(ctx, input, out, chunk))
             }
-            self.execute(ctx, &moves)
-        })
-    }
-
-    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.collective(ctx, || self.all_to_all_v(ctx, Shape::Flat, args))
-    }
-
-    unsafe fn all_to_all_vdev_2d(
-        &self,
-        ctx: &OpContext,
-        args: &VarArgs,
-        major_align: usize,
-    ) -> Result<()> {
-        let shape = Shape::Dispatch { major_align };
-        self.collective(ctx, || self.all_to_all_v(ctx, shape, args))
-    }
-
-    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.collective(ctx, || self.all_to_all_v(ctx, Shape::Combine, args))
-    }
-
-    unsafe fn broadcast(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        root: usize,
-    ) -> Result<()> {
-        self.collective(ctx, || {
-            let mine = buf.range(ctx.rank, 0, len)?;
-            let mut moves = Moves::default();
-            if ctx.rank == root {
-                for peer in self.remote_ranks() {
-                    moves.send(peer, mine, len)?;
-                }
-            } else if self.mapped(root) {
-                let from = buf.range(root, 0, len).map_err(|e| e.with_peer(root))?;
-                moves.copy(mine, from, len);
-            } else {
-                moves.recv(root, mine, len)?;
+            OpRequest::AllToAllV { shape, args } => {
+                self.collective(ctx, || self.all_to_all_v(ctx, shape, args))
             }
-            self.execute(ctx, &moves)
-        })
-    }
-
-    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
-        unsafe { self.provider.ops().put(ctx, buf, len, peer) }
-    }
-
-    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
-        unsafe { self.provider.ops().get(ctx, buf, len, peer) }
-    }
-
-    unsafe fn put_with_signal(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        sig: &SymmBuf,
-        value: u64,
-        peer: usize,
-    ) -> Result<()> {
-        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
-        unsafe {
-            self.provider
-                .ops()
-                .put_with_signal(ctx, buf, len, sig, value, peer)
+            OpRequest::Broadcast { buf, len, root } => {
+                self.collective(ctx, || self.broadcast(ctx, buf, len, root))
+            }
+            OpRequest::TileReduce {
+                ins,
+                roots,
+                out,
+                tile,
+                op,
+            } => self.collective(ctx, || self.reduce_tiles(ctx, ins, roots, out, tile, op)),
+            // One-sided: the safe layer lets them reach mapped peers only.
+            // SAFETY: a propagation of the caller's assertion.
+            _ => unsafe { self.provider.ops().execute(ctx, op) },
         }
     }
 
     unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
         // SAFETY: a propagation of the caller's assertion.
         unsafe { self.provider.ops().wait_for_signal(wait) }
-    }
-
-    unsafe fn put_signal(
-        &self,
-        ctx: &OpContext,
-        src: usize,
-        len: usize,
-        dst: &SymmBuf,
-        peer: usize,
-    ) -> Result<()> {
-        // SAFETY: a propagation of the caller's assertion (the peer is mapped).
-        unsafe { self.provider.ops().put_signal(ctx, src, len, dst, peer) }
-    }
-
-    unsafe fn tile_reduce(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.collective(ctx, || self.reduce_tiles(ctx, ins, roots, out, tile, op))
     }
 }

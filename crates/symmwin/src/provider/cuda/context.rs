@@ -33,6 +33,34 @@ impl PrimaryContext {
         })
     }
 
+    /// Runs `release`, a driver call freeing something of this context, from a
+    /// destructor: with the context current, and a failure logged (a drop cannot
+    /// return it) at `level`: `ERROR` where device memory stays allocated, `DEBUG`
+    /// where nothing lasting is lost (after a trap every such call fails).
+    pub(super) fn release_in_drop(
+        &self,
+        level: tracing::Level,
+        what: &str,
+        release: impl FnOnce() -> DriverResult<()>,
+    ) {
+        let Err(e) = self.enter().and_then(|_guard| release()) else {
+            return;
+        };
+        if level == tracing::Level::ERROR {
+            tracing::error!("{what} failed: {}", e.name());
+        } else {
+            tracing::debug!("{what} failed: {}", e.name());
+        }
+    }
+
+    /// Waits for the device from a destructor, before freeing what a kernel still
+    /// running would write into or run from (bounded by the kernels' timeout).
+    pub(super) fn synchronize_in_drop(&self, what: &str) {
+        // SAFETY: `release_in_drop` makes our context current for the call.
+        let sync = || unsafe { driver::ctx_synchronize() };
+        self.release_in_drop(tracing::Level::DEBUG, what, sync);
+    }
+
     /// Makes this context current on the calling thread until the guard drops.
     #[inline]
     pub(super) fn enter(&self) -> DriverResult<CtxGuard<'_>> {

@@ -25,6 +25,7 @@ mod driver;
 mod fabric_domain;
 mod map_batch;
 mod ops;
+mod pinned;
 mod probe;
 mod signal_params;
 mod signals;
@@ -338,14 +339,11 @@ impl Memory for CudaMemory {
 
 impl Drop for CudaMemory {
     fn drop(&mut self) {
-        let released = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the handle is ours and not used again; mappings keep the physical
-            // memory alive on their own.
-            unsafe { driver::mem_release(self.handle) }
-        });
-        if let Err(e) = released {
-            tracing::error!("cuMemRelease failed: {}", e.name());
-        }
+        // SAFETY: the handle is ours and not used again; mappings keep the physical
+        // memory alive on their own.
+        let release = || unsafe { driver::mem_release(self.handle) };
+        self.ctx
+            .release_in_drop(tracing::Level::ERROR, "cuMemRelease", release);
     }
 }
 
@@ -461,13 +459,10 @@ impl Table for CudaTable {
 
 impl Drop for CudaTable {
     fn drop(&mut self) {
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the allocation is ours and its users are gone with the table.
-            unsafe { driver::mem_free(self.ptr) }
-        });
-        if let Err(e) = freed {
-            tracing::error!("cuMemFree failed: {}", e.name());
-        }
+        // SAFETY: the allocation is ours and its users are gone with the table.
+        let free = || unsafe { driver::mem_free(self.ptr) };
+        self.ctx
+            .release_in_drop(tracing::Level::ERROR, "cuMemFree", free);
     }
 }
 
@@ -505,20 +500,17 @@ impl PrivateStream {
 
 impl Drop for PrivateStream {
     fn drop(&mut self) {
-        let destroyed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the stream is ours and no span or provider uses it any more.
-            unsafe { driver::stream_destroy(self.raw) }
-        });
-        if let Err(e) = destroyed {
-            tracing::debug!("cuStreamDestroy failed: {}", e.name());
-        }
+        // SAFETY: the stream is ours and no span or provider uses it any more.
+        let destroy = || unsafe { driver::stream_destroy(self.raw) };
+        self.ctx
+            .release_in_drop(tracing::Level::DEBUG, "cuStreamDestroy", destroy);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::PadLayout;
+    use crate::provider::{PadLayout, PadSignal, SignalAt};
 
     fn libcuda_present() -> bool {
         // SAFETY: only dlopens and closes libcuda.
@@ -671,29 +663,28 @@ mod tests {
         let Some((_gpu, provider)) = gpu() else {
             return;
         };
-        let g = provider.info().granularity;
-        let mut span = provider.reserve(2 * g).unwrap();
-        for r in 0..2 {
-            span.map(r * g, provider.create(g).unwrap().as_ref())
-                .unwrap();
-        }
-        span.zero(0, 2 * g).unwrap();
-        let pads = |rank| PadLayout::from_parts(span.base(), g, g, rank, 2).unwrap();
+        let ranks = super::timeout_tests::TwoRanks::on(provider);
+        let (provider, g) = (&ranks.provider, ranks.pad);
+        let pads = |rank| ranks.pads(rank);
         let signals = provider.signals();
         let second = Duration::from_secs(1);
         if !kernels_built() {
-            let err = signals.put(&pads(0), 1, 0, second, 0).unwrap_err();
+            let err = signals
+                .signal(&pads(0), PadSignal::Put(1), SignalAt::new(0, second, 0))
+                .unwrap_err();
             assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
             return;
         }
         // Put then wait, in order on the legacy stream.
-        signals.put(&pads(0), 1, 3, second, 0).unwrap();
-        signals.wait(&pads(1), 0, 3, second, 0).unwrap();
-        sync(&provider);
+        signals
+            .signal(&pads(0), PadSignal::Put(1), SignalAt::new(3, second, 0))
+            .unwrap();
+        signals
+            .signal(&pads(1), PadSignal::Wait(0), SignalAt::new(3, second, 0))
+            .unwrap();
+        sync(provider);
         provider.check_errors().unwrap();
-        assert!(read(span.as_ref(), 0, 2 * g, &provider)
-            .iter()
-            .all(|&b| b == 0));
+        assert!(ranks.pads_are_zero());
 
         // Both halves of a barrier at once, on two streams.
         let a = PrivateStream::new(&provider.ctx).unwrap();
@@ -701,29 +692,31 @@ mod tests {
         let rounds = 1000;
         let start = std::time::Instant::now();
         for channel in 0..rounds {
-            signals
-                .barrier(&pads(0), channel % 8, second, a.raw as usize)
-                .unwrap();
-            signals
-                .barrier(&pads(1), channel % 8, second, b.raw as usize)
-                .unwrap();
+            for (rank, stream) in [(0, a.raw as usize), (1, b.raw as usize)] {
+                let at = SignalAt::new(channel % 8, second, stream);
+                signals.signal(&pads(rank), PadSignal::Barrier, at).unwrap();
+            }
         }
         let per_launch = start.elapsed() / (2 * rounds as u32);
-        sync(&provider);
+        sync(provider);
         println!("barrier launch: {per_launch:?} per call");
         provider.check_errors().unwrap();
-        assert!(read(span.as_ref(), 0, 2 * g, &provider)
-            .iter()
-            .all(|&b| b == 0));
+        assert!(ranks.pads_are_zero());
 
         // A timeout traps and loses the context: timeout_tests.rs runs it in a
         // child process so the other tests keep theirs.
 
         // Bad arguments never reach the device.
-        assert!(signals.put(&pads(0), 2, 0, second, 0).is_err());
-        assert!(signals.barrier(&pads(0), g, second, 0).is_err());
+        assert!(signals
+            .signal(&pads(0), PadSignal::Put(2), SignalAt::new(0, second, 0))
+            .is_err());
+        assert!(signals
+            .signal(&pads(0), PadSignal::Barrier, SignalAt::new(g, second, 0))
+            .is_err());
         // World 1 needs no peers.
-        let alone = PadLayout::from_parts(span.base(), g, g, 0, 1).unwrap();
-        signals.barrier(&alone, 0, second, 0).unwrap();
+        let alone = PadLayout::from_parts(ranks.span.base(), g, g, 0, 1).unwrap();
+        signals
+            .signal(&alone, PadSignal::Barrier, SignalAt::new(0, second, 0))
+            .unwrap();
     }
 }

@@ -19,7 +19,7 @@ use super::driver::{self, DriverError, PhaseExt};
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, Signals, StreamHandle};
+use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
 const SIGNAL_PTX: &str = concat!(include_str!("../../../kernels/signal.ptx"), "\0");
@@ -150,20 +150,11 @@ impl CudaSignals {
     #[inline]
     fn launch(&self, op: WaitOp, block: u32, launch: Launch) -> Result<()> {
         let Launch {
-            args,
-            peer,
+            mut params,
             timeout,
             stream,
         } = launch;
-        let mut params = SignalParams {
-            pad_base: args.base,
-            pad_stride: args.stride,
-            world: args.world,
-            peer,
-            channel: args.channel,
-            _reserved: 0,
-            wait: self.wait_report(op, args.rank, timeout)?,
-        };
+        params.wait = self.wait_report(op, params.wait.rank, timeout)?;
         let kernels = self.kernels()?;
         kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
@@ -202,47 +193,21 @@ impl Signals for CudaSignals {
         synced
     }
 
-    fn barrier(
-        &self,
-        pads: &PadLayout,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        let args = PadArgs::check(pads, channel)?;
-        if pads.world() == 1 {
-            return self.check_errors();
-        }
-        let block = args.world.div_ceil(32) * 32;
-        let launch = Launch {
-            args,
-            peer: 0,
-            timeout,
-            stream,
+    fn signal(&self, pads: &PadLayout, op: PadSignal, at: SignalAt) -> Result<()> {
+        let mut params = pad_params(pads, at.channel)?;
+        let (op, peer, block) = match op {
+            PadSignal::Barrier if pads.world() == 1 => return self.check_errors(),
+            PadSignal::Barrier => (WaitOp::Barrier, 0, params.world.div_ceil(32) * 32),
+            PadSignal::Put(dst) => (WaitOp::PutSignal, check_peer(pads, dst)?, 1),
+            PadSignal::Wait(src) => (WaitOp::WaitSignal, check_peer(pads, src)?, 1),
         };
-        self.launch(WaitOp::Barrier, block, launch)
-    }
-
-    fn put(
-        &self,
-        pads: &PadLayout,
-        dst: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.point_to_point(pads, dst, channel, timeout, stream, WaitOp::PutSignal)
-    }
-
-    fn wait(
-        &self,
-        pads: &PadLayout,
-        src: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.point_to_point(pads, src, channel, timeout, stream, WaitOp::WaitSignal)
+        params.peer = peer;
+        let launch = Launch {
+            params,
+            timeout: at.timeout,
+            stream: at.stream,
+        };
+        self.launch(op, block, launch)
     }
 }
 
@@ -260,30 +225,12 @@ impl CudaSignals {
         let record = &self.kernels()?.record;
         Ok(record.report(op, rank, self.timeout_ns(timeout)))
     }
-
-    fn point_to_point(
-        &self,
-        pads: &PadLayout,
-        peer: usize,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-        op: WaitOp,
-    ) -> Result<()> {
-        let launch = Launch {
-            args: PadArgs::check(pads, channel)?,
-            peer: check_peer(pads, peer)?,
-            timeout,
-            stream,
-        };
-        self.launch(op, 1, launch)
-    }
 }
 
-/// What one signal kernel launch acts on.
+/// What one signal kernel launch acts on: the checked pads and peer (the wait report
+/// is filled at launch), the wait limit and the stream.
 struct Launch {
-    args: PadArgs,
-    peer: u32,
+    params: SignalParams,
     timeout: Duration,
     stream: StreamHandle,
 }
@@ -292,60 +239,56 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Kernel arguments describing the pads, in the kernels' parameter types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct PadArgs {
-    pub(super) base: u64,
-    pub(super) stride: u64,
-    pub(super) rank: u32,
-    pub(super) world: u32,
-    pub(super) channel: u32,
-}
-
-impl PadArgs {
-    /// Checks on the host what the kernels cannot: every slot of `channel` lies inside
-    /// every peer's pad, so a bad argument is an error here instead of a device fault
-    /// that would poison the context.
-    pub(super) fn check(pads: &PadLayout, channel: usize) -> Result<Self> {
-        let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
-        if pads.world() > MAX_WORLD {
-            return Err(invalid(format!(
-                "world size {} is outside 1..={MAX_WORLD}",
-                pads.world()
-            )));
-        }
-        if pads.rank() >= pads.world() {
-            return Err(invalid(format!(
-                "rank {} out of range for world size {}",
-                pads.rank(),
-                pads.world()
-            )));
-        }
-        if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
-            return Err(invalid(format!(
-                "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
-                pads.base(),
-                pads.stride()
-            )));
-        }
-        // The last slot of `channel` fits, so every slot of it does (and every pad
-        // fits the address space: `PadLayout` guarantees it).
-        pads.slot_offset(channel, pads.world() - 1)?;
-        // The conversions cannot fail after the checks above; fail cleanly regardless.
-        let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
-        Ok(PadArgs {
-            base: pads.base() as u64,
-            stride: pads.stride() as u64,
-            rank: narrow(pads.rank())?,
-            world: narrow(pads.world())?,
-            channel: narrow(channel)?,
-        })
+/// The kernels' parameters for `channel` of `pads`, checked on the host for what the
+/// kernels cannot check: every slot of `channel` lies inside every peer's pad, so a bad
+/// argument is an error here instead of a device fault that would poison the context.
+/// `peer` is 0 and `wait` holds only this rank: the launch fills in the rest.
+fn pad_params(pads: &PadLayout, channel: usize) -> Result<SignalParams> {
+    let invalid = |what: String| Error::new(Phase::Signal, ErrorKind::InvalidArgument(what));
+    if pads.world() > MAX_WORLD {
+        return Err(invalid(format!(
+            "world size {} is outside 1..={MAX_WORLD}",
+            pads.world()
+        )));
     }
+    if pads.rank() >= pads.world() {
+        return Err(invalid(format!(
+            "rank {} out of range for world size {}",
+            pads.rank(),
+            pads.world()
+        )));
+    }
+    if pads.base() == 0 || pads.base() % 4 != 0 || pads.stride() % 4 != 0 {
+        return Err(invalid(format!(
+            "signal pads at {:#x} with stride {:#x} are not 4-byte aligned",
+            pads.base(),
+            pads.stride()
+        )));
+    }
+    // The last slot of `channel` fits, so every slot of it does (and every pad
+    // fits the address space: `PadLayout` guarantees it).
+    pads.slot_offset(channel, pads.world() - 1)?;
+    // The conversions cannot fail after the checks above; fail cleanly regardless.
+    let narrow = |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} exceeds u32")));
+    Ok(SignalParams {
+        pad_base: pads.base() as u64,
+        pad_stride: pads.stride() as u64,
+        world: narrow(pads.world())?,
+        peer: 0,
+        channel: narrow(channel)?,
+        _reserved: 0,
+        wait: WaitReport {
+            record: 0,
+            timeout_ns: 0,
+            rank: narrow(pads.rank())?,
+            op: 0,
+        },
+    })
 }
 
 pub(super) fn check_peer(pads: &PadLayout, peer: usize) -> Result<u32> {
     pads.check_peer(peer)?;
-    // world <= MAX_WORLD was checked by PadArgs::check.
+    // world <= MAX_WORLD was checked by pad_params.
     Ok(peer as u32)
 }
 
@@ -392,17 +335,10 @@ impl Kernels {
 impl Drop for Kernels {
     fn drop(&mut self) {
         // A kernel still spinning would write into the freed record or run from an
-        // unloaded module; wait for the device first (bounded by the kernels' timeout).
-        let synced = self.module.ctx.enter().and_then(|_guard| {
-            // SAFETY: our context is current for the duration of the call.
-            unsafe { driver::ctx_synchronize() }
-        });
-        if let Err(e) = synced {
-            tracing::debug!(
-                "synchronising before unloading signal kernels: {}",
-                e.name()
-            );
-        }
+        // unloaded module.
+        self.module
+            .ctx
+            .synchronize_in_drop("synchronising before unloading signal kernels");
     }
 }
 
@@ -440,13 +376,11 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        let unloaded = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the module is ours and its owner's Drop waited for its kernels.
-            unsafe { driver::module_unload(self.raw) }
-        });
-        if let Err(e) = unloaded {
-            tracing::debug!("unloading a kernel module failed: {}", e.name());
-        }
+        // SAFETY: the module is ours and its owner's Drop waited for its kernels.
+        let unload = || unsafe { driver::module_unload(self.raw) };
+        let what = "unloading a kernel module";
+        self.ctx
+            .release_in_drop(tracing::Level::DEBUG, what, unload);
     }
 }
 
@@ -460,16 +394,15 @@ mod tests {
         PadLayout::from_parts(BASE, 1 << 21, len, rank, world).unwrap()
     }
 
-    /// `PadArgs::check` of pads that may not even form a layout.
+    /// `pad_params` of pads that may not even form a layout.
     fn check(
         base: usize,
         stride: usize,
         rank: usize,
         world: usize,
         channel: usize,
-    ) -> Result<PadArgs> {
-        PadLayout::from_parts(base, stride, 64, rank, world)
-            .and_then(|p| PadArgs::check(&p, channel))
+    ) -> Result<SignalParams> {
+        PadLayout::from_parts(base, stride, 64, rank, world).and_then(|p| pad_params(&p, channel))
     }
 
     #[test]
@@ -490,17 +423,17 @@ mod tests {
 
     #[test]
     fn pad_arguments_are_checked() {
-        let ok = PadArgs::check(&pads(1, 4, 64), 3).unwrap();
-        assert_eq!((ok.rank, ok.world, ok.channel), (1, 4, 3));
+        let ok = pad_params(&pads(1, 4, 64), 3).unwrap();
+        assert_eq!((ok.wait.rank, ok.world, ok.channel), (1, 4, 3));
         // channel 4 needs slots up to 4*4+3 = 19, i.e. 80 bytes.
-        assert!(PadArgs::check(&pads(1, 4, 64), 4).is_err());
-        assert!(PadArgs::check(&pads(4, 4, 64), 0).is_err());
+        assert!(pad_params(&pads(1, 4, 64), 4).is_err());
+        assert!(pad_params(&pads(4, 4, 64), 0).is_err());
         assert!(check(BASE, 1 << 21, 0, 0, 0).is_err());
-        assert!(PadArgs::check(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
-        assert!(PadArgs::check(&pads(0, 2, 64), usize::MAX).is_err());
+        assert!(pad_params(&pads(0, MAX_WORLD + 1, 1 << 20), 0).is_err());
+        assert!(pad_params(&pads(0, 2, 64), usize::MAX).is_err());
         assert!(check(BASE + 2, 1 << 21, 0, 2, 0).is_err());
         assert!(check(usize::MAX / 2, usize::MAX / 2, 0, 2, 0).is_err());
-        let err = PadArgs::check(&pads(0, 4, 64), 99).unwrap_err();
+        let err = pad_params(&pads(0, 4, 64), 99).unwrap_err();
         assert_eq!(err.phase(), Phase::Signal);
         assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)));
     }

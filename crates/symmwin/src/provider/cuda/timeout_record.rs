@@ -6,15 +6,13 @@
 //! life of the process (the context never comes back), and every later call that
 //! reaches the CUDA provider reports it as [`ErrorKind::ContextLost`].
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use cudarc::driver::sys;
-
 use super::context::PrimaryContext;
-use super::driver::{self, DriverError};
+use super::driver::DriverError;
+use super::pinned::Pinned;
 use crate::device_timeout::DeviceTimeout;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
@@ -115,47 +113,29 @@ pub fn check_context() -> Result<()> {
 
 /// A [`TimeoutRecord`] in pinned host memory that the device writes through its mapping.
 #[derive(Debug)]
-pub(super) struct HostRecord {
-    ctx: Arc<PrimaryContext>,
-    host: *mut c_void,
-    device: u64,
-}
+pub(super) struct HostRecord(Pinned<TimeoutRecord>);
 
 impl HostRecord {
     pub(super) fn new(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, DriverError> {
-        let _guard = ctx.enter()?;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: our context is current; Drop frees the memory.
-        let host = unsafe { driver::mem_host_alloc(std::mem::size_of::<TimeoutRecord>(), flags) }?;
-        let mut record = HostRecord {
-            ctx: Arc::clone(ctx),
-            host,
-            device: 0,
+        let empty = TimeoutRecord {
+            state: AtomicU32::new(0),
+            op: AtomicU32::new(0),
+            channel: AtomicU32::new(0),
+            rank: AtomicU32::new(0),
+            missing: AtomicU32::new(0),
+            listed: AtomicU32::new(0),
+            waited_ns: AtomicU64::new(0),
+            timeout_ns: AtomicU64::new(0),
+            peers: std::array::from_fn(|_| AtomicU32::new(0)),
         };
-        // SAFETY: the allocation is page-aligned, large enough, and not yet shared with
-        // the device, so initialising it through a plain write races with nothing.
-        unsafe {
-            host.cast::<TimeoutRecord>().write(TimeoutRecord {
-                state: AtomicU32::new(0),
-                op: AtomicU32::new(0),
-                channel: AtomicU32::new(0),
-                rank: AtomicU32::new(0),
-                missing: AtomicU32::new(0),
-                listed: AtomicU32::new(0),
-                waited_ns: AtomicU64::new(0),
-                timeout_ns: AtomicU64::new(0),
-                peers: std::array::from_fn(|_| AtomicU32::new(0)),
-            })
-        };
-        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP.
-        record.device = unsafe { driver::mem_host_device_pointer(host) }?;
-        Ok(record)
+        let what = "freeing the signal timeout record";
+        Ok(HostRecord(Pinned::new(ctx, empty, what)?))
     }
 
     /// The kernel argument for one launch of `op` by `rank`.
     pub(super) fn report(&self, op: WaitOp, rank: u32, timeout_ns: u64) -> WaitReport {
         WaitReport {
-            record: self.device,
+            record: self.0.device,
             timeout_ns,
             rank,
             op: op as u32,
@@ -163,9 +143,7 @@ impl HostRecord {
     }
 
     fn record(&self) -> &TimeoutRecord {
-        // SAFETY: initialised in `new` and alive until drop; the device only writes it
-        // with 4- and 8-byte stores of the same layout.
-        unsafe { &*self.host.cast::<TimeoutRecord>() }
+        self.0.get()
     }
 
     /// Fails with [`ErrorKind::ContextLost`] once a kernel has written the record (or
@@ -199,24 +177,11 @@ fn decode(record: &TimeoutRecord) -> DeviceTimeout {
     }
 }
 
-// SAFETY: the pointer is to process-wide pinned memory, accessed only through atomics.
-unsafe impl Send for HostRecord {}
-// SAFETY: as above.
-unsafe impl Sync for HostRecord {}
-
 impl Drop for HostRecord {
     fn drop(&mut self) {
         // Keep what the device wrote before the memory goes.
         if self.check().is_err() {
             tracing::debug!("freeing a signal timeout record after a device timeout");
-        }
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the memory is ours; Kernels::drop waited for every kernel that
-            // could write to it.
-            unsafe { driver::mem_free_host(self.host) }
-        });
-        if let Err(e) = freed {
-            tracing::debug!("freeing the signal timeout record failed: {}", e.name());
         }
     }
 }

@@ -9,21 +9,26 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::provider::PadLayout;
+use crate::provider::{PadLayout, PadSignal, SignalAt};
 
 /// Environment variable that turns `timeout_child` on and names its case.
 const CHILD_CASE: &str = "SYMMWIN_TEST_TIMEOUT_CASE";
 
-/// Both ranks of a world-2 group in this process: two pads in one span on device 0.
-struct TwoRanks {
-    provider: CudaProvider,
-    span: Box<dyn Span>,
-    pad: usize,
+/// Both ranks of a world-2 group in this process: two zeroed pads of one granule each
+/// in one span of one device.
+pub(super) struct TwoRanks {
+    pub(super) provider: CudaProvider,
+    pub(super) span: Box<dyn Span>,
+    pub(super) pad: usize,
 }
 
 impl TwoRanks {
     fn new() -> Self {
-        let provider = CudaProvider::new(0, HandlePreference::Auto).unwrap();
+        Self::on(CudaProvider::new(0, HandlePreference::Auto).unwrap())
+    }
+
+    /// The two ranks' pads on `provider`'s device.
+    pub(super) fn on(provider: CudaProvider) -> Self {
         let pad = provider.info().granularity;
         let mut span = provider.reserve(2 * pad).unwrap();
         for r in 0..2 {
@@ -38,11 +43,11 @@ impl TwoRanks {
         }
     }
 
-    fn pads(&self, rank: usize) -> PadLayout {
+    pub(super) fn pads(&self, rank: usize) -> PadLayout {
         PadLayout::from_parts(self.span.base(), self.pad, self.pad, rank, 2).unwrap()
     }
 
-    fn pads_are_zero(&self) -> bool {
+    pub(super) fn pads_are_zero(&self) -> bool {
         let mut bytes = vec![0xAB; 2 * self.pad];
         // SAFETY: both pads are mapped in the live span.
         unsafe { self.provider.read(self.span.base(), &mut bytes) }.unwrap();
@@ -79,12 +84,18 @@ fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
     let limit = Duration::from_secs(10);
     let rounds = 10_000;
     let start = Instant::now();
+    // Rank `rank` of the pair, on its own stream.
+    let signal = |rank: usize, op, channel| {
+        let stream = [sa, sb][rank];
+        let at = SignalAt::new(channel, limit, stream);
+        signals.signal(&ranks.pads(rank), op, at).unwrap()
+    };
     for round in 0..rounds {
         let channel = round % 8;
-        signals.barrier(&ranks.pads(0), channel, limit, sa).unwrap();
-        signals.barrier(&ranks.pads(1), channel, limit, sb).unwrap();
-        signals.put(&ranks.pads(0), 1, channel, limit, sa).unwrap();
-        signals.wait(&ranks.pads(1), 0, channel, limit, sb).unwrap();
+        signal(0, PadSignal::Barrier, channel);
+        signal(1, PadSignal::Barrier, channel);
+        signal(0, PadSignal::Put(1), channel);
+        signal(1, PadSignal::Wait(0), channel);
     }
     signals.synchronize(sa).unwrap();
     signals.synchronize(sb).unwrap();
@@ -147,19 +158,23 @@ fn timeout_child() {
     let limit = Duration::from_millis(200);
     let channel = 3;
     // Only one side of each exchange runs, so the wait never completes.
+    let signal = |rank: usize, op| {
+        let at = SignalAt::new(channel, limit, 0);
+        signals.signal(&ranks.pads(rank), op, at).unwrap()
+    };
     let (rank, peer) = match case.as_str() {
         "barrier" => {
-            signals.barrier(&ranks.pads(0), channel, limit, 0).unwrap();
+            signal(0, PadSignal::Barrier);
             (0, 1)
         }
         "wait_signal" => {
-            signals.wait(&ranks.pads(1), 0, channel, limit, 0).unwrap();
+            signal(1, PadSignal::Wait(0));
             (1, 0)
         }
         "put_signal" => {
             // The first signal fills the slot; the second waits for it to clear.
-            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
-            signals.put(&ranks.pads(0), 1, channel, limit, 0).unwrap();
+            signal(0, PadSignal::Put(1));
+            signal(0, PadSignal::Put(1));
             (0, 1)
         }
         other => panic!("unknown case {other}"),
@@ -185,7 +200,13 @@ fn timeout_child() {
     // Every later call that reaches the device says the same, before touching the driver.
     for later in [
         ranks.provider.create(ranks.pad).map(drop).unwrap_err(),
-        signals.barrier(&ranks.pads(0), 0, limit, 0).unwrap_err(),
+        signals
+            .signal(
+                &ranks.pads(0),
+                PadSignal::Barrier,
+                SignalAt::new(0, limit, 0),
+            )
+            .unwrap_err(),
         CudaProvider::new(0, HandlePreference::Auto)
             .map(drop)
             .unwrap_err(),

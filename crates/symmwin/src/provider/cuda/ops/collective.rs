@@ -7,17 +7,10 @@ use super::params::{
     DTYPE_F64, HS_SIGNAL_ALL, HS_SIGNAL_PEER, HS_WAIT_ALL, HS_WAIT_PEER, MAX_EXPERTS,
     MAX_ROOT_WORLD, MAX_SPLITS, THREADS,
 };
-use super::CudaOps;
+use super::{CudaOps, Pick};
 use crate::error::{Error, Result};
+use crate::ops::plan::Shape;
 use crate::ops::{ElemType, OpContext, SymmBuf, Tile, VarArgs};
-
-/// Which member of the all_to_all_vdev family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum VarShape {
-    Flat,
-    Dispatch { major_align: usize },
-    Combine,
-}
 
 impl CudaOps {
     pub(super) fn equal_all_to_all(
@@ -47,9 +40,7 @@ impl CudaOps {
             return self.all_to_all_copy_engine(ctx, input, out, bytes, &p);
         }
         let bpp = grid::push_blocks_per_peer(ctx, bytes);
-        p.blocks_per_peer = bpp as u32;
-        p.channel = grid::first_channel(ctx, 2 * bpp)?;
-        self.launch(|k| k.all_to_all, ctx.world * bpp, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.all_to_all, ctx, &mut p, bpp, ctx.world * bpp)
     }
 
     /// Ready handshake with every peer, one peer copy per chunk, data handshake.
@@ -73,15 +64,15 @@ impl CudaOps {
         self.handshake(ctx, base, everyone, 0, ch + 1)
     }
 
-    pub(super) fn vdev(&self, ctx: &OpContext, args: &VarArgs, shape: VarShape) -> Result<()> {
+    pub(super) fn vdev(&self, ctx: &OpContext, args: &VarArgs, shape: Shape) -> Result<()> {
         let world = ctx.world;
         let experts = args.experts_per_rank;
         let (op, mode, align, in_table) = match shape {
-            VarShape::Flat => (OpId::AllToAllVdev, A2AV_1D, 0, world),
-            VarShape::Dispatch { major_align } => {
+            Shape::Flat => (OpId::AllToAllVdev, A2AV_1D, 0, world),
+            Shape::Dispatch { major_align } => {
                 (OpId::AllToAllVdev2d, A2AV_2D, major_align, world * experts)
             }
-            VarShape::Combine => (
+            Shape::Combine => (
                 OpId::AllToAllVdev2dOffset,
                 A2AV_2D_OFFSET,
                 0,
@@ -155,9 +146,7 @@ impl CudaOps {
         }
         check_thread_per_peer(ctx, "broadcast")?;
         let blocks = grid::broadcast_blocks(ctx, len);
-        p.blocks_per_peer = blocks as u32;
-        p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.broadcast, blocks, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.broadcast, ctx, &mut p, blocks, blocks)
     }
 
     pub(super) fn reduce_tiles(
@@ -221,9 +210,23 @@ impl CudaOps {
         p.rows = tile.rows as u64;
         p.mode = dtype_code(tile.elem);
         let blocks = grid::tile_blocks(ctx, tile.rows * tile.cols * elem, tile.rows);
-        p.blocks_per_peer = blocks as u32;
-        p.channel = grid::first_channel(ctx, 2 * blocks)?;
-        self.launch(|k| k.tile_reduce, blocks, THREADS, ctx.stream, &p)
+        self.launch_synchronized(|k| k.tile_reduce, ctx, &mut p, blocks, blocks)
+    }
+
+    /// Launches `pick` on `grid` blocks of [`THREADS`], `blocks_per_peer` of them
+    /// working for each peer, each block with the two pad channels (entry and exit)
+    /// it synchronizes on.
+    fn launch_synchronized(
+        &self,
+        pick: Pick,
+        ctx: &OpContext,
+        p: &mut OpsParams,
+        blocks_per_peer: usize,
+        grid: usize,
+    ) -> Result<()> {
+        p.blocks_per_peer = blocks_per_peer as u32;
+        p.channel = grid::first_channel(ctx, 2 * blocks_per_peer)?;
+        self.launch(pick, grid, THREADS, ctx.stream, p)
     }
 
     /// One block that signals and/or waits for `peer` or every other rank on `channel`.
@@ -271,12 +274,7 @@ fn dtype_code(elem: ElemType) -> u32 {
 
 /// What the kernels assume about the all_to_all_vdev operands, checked on the host:
 /// shared-memory limits, a non-empty row, tables that every peer can read in full.
-fn check_var_geometry(
-    args: &VarArgs,
-    world: usize,
-    shape: VarShape,
-    in_table: usize,
-) -> Result<()> {
+fn check_var_geometry(args: &VarArgs, world: usize, shape: Shape, in_table: usize) -> Result<()> {
     let experts = args.experts_per_rank;
     if experts == 0 || experts > MAX_EXPERTS || world * experts > MAX_SPLITS {
         return Err(Error::invalid(format!(
@@ -284,10 +282,10 @@ fn check_var_geometry(
              1..={MAX_EXPERTS} experts per rank and at most {MAX_SPLITS} splits in all"
         )));
     }
-    if shape == VarShape::Flat && experts != 1 {
+    if shape == Shape::Flat && experts != 1 {
         return Err(Error::invalid("all_to_all_vdev has one split per rank"));
     }
-    if let VarShape::Dispatch { major_align: 0 } = shape {
+    if let Shape::Dispatch { major_align: 0 } = shape {
         return Err(Error::invalid("major_align must be positive"));
     }
     let rows = &args.rows;

@@ -18,7 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
+use crate::ops::{DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait};
 use crate::provider::StreamHandle;
 
 mod collective;
@@ -31,6 +31,7 @@ pub use grid::{COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED};
 pub use params::{MAX_EXPERTS, MAX_ROOT_WORLD, MAX_SPLITS};
 
 use module::{LoadFailure, OpsKernels};
+use one_sided::Direction::{Get, Put};
 use params::{OpId, OpsParams, WaitOp};
 
 /// The ops of one CUDA device.
@@ -175,90 +176,36 @@ impl DeviceOps for CudaOps {
         }
     }
 
-    unsafe fn all_to_all(
-        &self,
-        ctx: &OpContext,
-        input: &SymmBuf,
-        out: &SymmBuf,
-        bytes_per_peer: usize,
-    ) -> Result<()> {
-        self.equal_all_to_all(ctx, input, out, bytes_per_peer)
-    }
-
-    unsafe fn all_to_all_vdev(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.vdev(ctx, args, collective::VarShape::Flat)
-    }
-
-    unsafe fn all_to_all_vdev_2d(
-        &self,
-        ctx: &OpContext,
-        args: &VarArgs,
-        major_align: usize,
-    ) -> Result<()> {
-        self.vdev(ctx, args, collective::VarShape::Dispatch { major_align })
-    }
-
-    unsafe fn all_to_all_vdev_2d_offset(&self, ctx: &OpContext, args: &VarArgs) -> Result<()> {
-        self.vdev(ctx, args, collective::VarShape::Combine)
-    }
-
-    unsafe fn broadcast(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        root: usize,
-    ) -> Result<()> {
-        self.broadcast_from(ctx, buf, len, root)
-    }
-
-    unsafe fn put(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        self.transfer(ctx, buf, len, peer, one_sided::Direction::Put)
-    }
-
-    unsafe fn get(&self, ctx: &OpContext, buf: &SymmBuf, len: usize, peer: usize) -> Result<()> {
-        self.transfer(ctx, buf, len, peer, one_sided::Direction::Get)
-    }
-
-    unsafe fn put_with_signal(
-        &self,
-        ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        sig: &SymmBuf,
-        value: u64,
-        peer: usize,
-    ) -> Result<()> {
-        self.transfer(ctx, buf, len, peer, one_sided::Direction::Put)?;
-        self.set_value(ctx, sig, value, peer)
+    unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
+        match *op {
+            OpRequest::AllToAll { input, out, chunk } => {
+                self.equal_all_to_all(ctx, input, out, chunk)
+            }
+            OpRequest::AllToAllV { shape, args } => self.vdev(ctx, args, shape),
+            OpRequest::Broadcast { buf, len, root } => self.broadcast_from(ctx, buf, len, root),
+            OpRequest::Put(t) => self.transfer(ctx, &t, Put),
+            OpRequest::Get(t) => self.transfer(ctx, &t, Get),
+            OpRequest::PutWithSignal { put, sig, value } => {
+                self.transfer(ctx, &put, Put)?;
+                self.set_value(ctx, sig, value, put.peer)
+            }
+            OpRequest::PutSignal {
+                src,
+                len,
+                dst,
+                peer,
+            } => self.copy_and_signal(ctx, src, len, dst, peer),
+            OpRequest::TileReduce {
+                ins,
+                roots,
+                out,
+                tile,
+                op: ReduceOp::Sum,
+            } => self.reduce_tiles(ctx, ins, roots, out, tile),
+        }
     }
 
     unsafe fn wait_for_signal(&self, wait: &SignalWait) -> Result<()> {
         self.wait_value(wait)
-    }
-
-    unsafe fn put_signal(
-        &self,
-        ctx: &OpContext,
-        src: usize,
-        len: usize,
-        dst: &SymmBuf,
-        peer: usize,
-    ) -> Result<()> {
-        self.copy_and_signal(ctx, src, len, dst, peer)
-    }
-
-    unsafe fn tile_reduce(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-        op: ReduceOp,
-    ) -> Result<()> {
-        match op {
-            ReduceOp::Sum => self.reduce_tiles(ctx, ins, roots, out, tile),
-        }
     }
 }

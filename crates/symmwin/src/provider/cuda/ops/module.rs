@@ -2,14 +2,15 @@
 //! `cuModuleLoadData`, and the host-mapped record they report split failures into
 //! (timed-out waits report into the signal kernels' record, `timeout_record.rs`).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
 use super::super::context::PrimaryContext;
-use super::super::driver::{self, DriverError};
+use super::super::driver::DriverError;
+use super::super::pinned::Pinned;
 use super::super::signals::Module;
 use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_OVERFLOW, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -100,17 +101,10 @@ impl OpsKernels {
 impl Drop for OpsKernels {
     fn drop(&mut self) {
         // A kernel still waiting would write into the freed record or run from an
-        // unloaded module; wait for the device first (bounded by the kernels' timeout).
-        let synced = self.module.ctx.enter().and_then(|_guard| {
-            // SAFETY: our context is current for the duration of the call.
-            unsafe { driver::ctx_synchronize() }
-        });
-        if let Err(e) = synced {
-            tracing::debug!(
-                "synchronising before unloading the ops kernels: {}",
-                e.name()
-            );
-        }
+        // unloaded module.
+        self.module
+            .ctx
+            .synchronize_in_drop("synchronising before unloading the ops kernels");
     }
 }
 
@@ -120,8 +114,7 @@ impl Drop for OpsKernels {
 /// the context never comes back.
 #[derive(Debug)]
 pub(super) struct FailureRecord {
-    ctx: Arc<PrimaryContext>,
-    host: *mut c_void,
+    pinned: Pinned<OpsError>,
     /// The record's device address, for `OpsParams::err`.
     pub device: u64,
     /// The first failure read from the record.
@@ -132,29 +125,20 @@ pub(super) struct FailureRecord {
 
 impl FailureRecord {
     fn new(ctx: &Arc<PrimaryContext>) -> std::result::Result<Self, DriverError> {
-        let _guard = ctx.enter()?;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: our context is current; Drop frees the memory.
-        let host = unsafe { driver::mem_host_alloc(std::mem::size_of::<OpsError>(), flags) }?;
-        let mut record = FailureRecord {
-            ctx: Arc::clone(ctx),
-            host,
-            device: 0,
+        let what = "freeing the ops failure record";
+        let pinned = Pinned::new(ctx, OpsError::default(), what)?;
+        Ok(FailureRecord {
+            device: pinned.device,
+            pinned,
             seen: OnceLock::new(),
             reading: Mutex::new(()),
-        };
-        // SAFETY: the allocation is page-aligned, large enough, and not yet shared with
-        // the device, so a plain write races with nothing.
-        unsafe { host.cast::<OpsError>().write(OpsError::default()) };
-        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP.
-        record.device = unsafe { driver::mem_host_device_pointer(host) }?;
-        Ok(record)
+        })
     }
 
     fn record(&self) -> &OpsError {
-        // SAFETY: initialised in `new` and alive until drop; the device writes the
-        // plain fields before it sets `word` with a system fence in between.
-        unsafe { &*self.host.cast::<OpsError>() }
+        // The device writes the plain fields before it sets `word` with a system fence
+        // in between.
+        self.pinned.get()
     }
 
     /// Fails once a kernel has recorded a split that does not fit, at every call from
@@ -172,7 +156,7 @@ impl FailureRecord {
         let (fields, peer) = self.seen.get_or_init(|| {
             // SAFETY: the fields were written before `word` (acquire above) and are
             // never written again: the kernel trapped.
-            let raw = unsafe { std::ptr::read_volatile(self.host.cast::<OpsError>()) };
+            let raw = unsafe { std::ptr::read_volatile(self.pinned.as_ptr()) };
             (raw, (word & !ERROR_FLAG) as usize)
         });
         Err(describe(fields, *peer))
@@ -203,25 +187,6 @@ fn describe(fields: &OpsError, peer: usize) -> Error {
         return error;
     }
     error.at_rank(fields.rank as usize)
-}
-
-// SAFETY: the pointer is to process-wide pinned memory, read through atomics and
-// volatile reads only.
-unsafe impl Send for FailureRecord {}
-// SAFETY: as above.
-unsafe impl Sync for FailureRecord {}
-
-impl Drop for FailureRecord {
-    fn drop(&mut self) {
-        let freed = self.ctx.enter().and_then(|_guard| {
-            // SAFETY: the memory is ours; OpsKernels::drop waited for every kernel that
-            // could write to it.
-            unsafe { driver::mem_free_host(self.host) }
-        });
-        if let Err(e) = freed {
-            tracing::debug!("freeing the ops failure record failed: {}", e.name());
-        }
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use super::params::{OpId, Operand, COPY_GET, COPY_PUT, HS_SIGNAL_PEER, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
 
-use crate::ops::{OpContext, SignalWait, SymmBuf};
+use crate::ops::{OpContext, SignalWait, SymmBuf, Transfer};
 
 /// Which way `put` / `get` copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +21,10 @@ impl CudaOps {
     pub(super) fn transfer(
         &self,
         ctx: &OpContext,
-        buf: &SymmBuf,
-        len: usize,
-        peer: usize,
+        transfer: &Transfer,
         direction: Direction,
     ) -> Result<()> {
+        let Transfer { buf, len, peer } = *transfer;
         check_peer(ctx, peer)?;
         if len > buf.len {
             return Err(Error::invalid(format!(
@@ -75,28 +74,20 @@ impl CudaOps {
     /// Waits until the 64-bit word at our address `wait.word` is `wait.value`, then
     /// zeroes it.
     pub(super) fn wait_value(&self, wait: &SignalWait) -> Result<()> {
-        let SignalWait {
-            word,
-            value,
-            rank,
-            peer,
-            timeout,
-            stream,
-        } = *wait;
-        if word == 0 {
+        if wait.word == 0 {
             return Err(Error::invalid("a signal word at address 0"));
         }
-        check_word(word)?;
-        let mut p = self.local_params(OpId::WaitForSignal, rank, timeout)?;
+        check_word(wait.word)?;
+        let mut p = self.local_params(OpId::WaitForSignal, wait.rank, wait.timeout)?;
         p.dst_splits = Operand {
-            base: word as u64,
+            base: wait.word as u64,
             stride: 0,
             offset: 0,
             bytes: 8,
         };
-        p.value = value;
-        p.peer = u32::try_from(peer).map_err(|_| Error::invalid("peer exceeds u32"))?;
-        self.launch(|k| k.wait_value, 1, 32, stream, &p)
+        p.value = wait.value;
+        p.peer = u32::try_from(wait.peer).map_err(|_| Error::invalid("peer exceeds u32"))?;
+        self.launch(|k| k.wait_value, 1, 32, wait.stream, &p)
     }
 
     /// `len` bytes from our address `src` into `peer`'s `dst`, then a pad signal to
