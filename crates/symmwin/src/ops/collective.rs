@@ -10,7 +10,7 @@ use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
-use super::request::{OpRequest, Transfer};
+use super::request::{OpRequest, TileReduce, Transfer};
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 
@@ -535,13 +535,13 @@ pub fn tile_reduce(
         Ok((bufs, tile_buf(&out, extent, "out_tile")?))
     };
     let (bufs, o) = check().map_err(|e: Error| w.context(e))?;
-    let op = OpRequest::TileReduce {
+    let op = OpRequest::TileReduce(TileReduce {
         ins: &bufs,
         roots,
         out: &o,
         tile: &tile,
         op,
-    };
+    });
     // SAFETY: every tile was checked to lie in its live window with the tile's extent.
     run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
         ops.execute(ctx, &op)

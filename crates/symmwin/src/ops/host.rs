@@ -205,17 +205,11 @@ impl DeviceOps for HostOps {
                     SignalAt::new(0, ctx.timeout, ctx.stream),
                 )
             }
-            OpRequest::TileReduce {
-                ins,
-                roots,
-                out,
-                tile,
-                op,
-            } => self.collective(ctx, || {
-                let Some(mine) = roots.iter().position(|&r| r == ctx.rank) else {
+            OpRequest::TileReduce(r) => self.collective(ctx, || {
+                let Some(mine) = r.root_index(ctx.rank) else {
                     return Ok(());
                 };
-                reduce_tile(ctx, &ins[mine], out, tile, op)
+                reduce_tile(ctx, &r.ins[mine], r.out, r.tile, r.op)
             }),
         }
     }

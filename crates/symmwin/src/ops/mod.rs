@@ -29,7 +29,7 @@ pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, V
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
-pub use request::{OpRequest, Transfer};
+pub use request::{OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, Result};
 use crate::provider::PadLayout;

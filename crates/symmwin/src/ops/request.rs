@@ -72,22 +72,33 @@ pub enum OpRequest<'a> {
         /// The receiver.
         peer: usize,
     },
-    /// Tile reduce: for each `i`, rank `roots[i]` gets into its `out` the reduction
-    /// over all ranks of their `ins[i]` tile; every operand holds
-    /// `tile.extent_bytes()` bytes. One root is `ins.len() == 1`. Roots are distinct;
-    /// a rank that is no root only contributes.
-    TileReduce {
-        /// One input tile per root.
-        ins: &'a [SymmBuf],
-        /// The rank that receives each tile's reduction.
-        roots: &'a [usize],
-        /// Where a root receives its reduction.
-        out: &'a SymmBuf,
-        /// The tile geometry.
-        tile: &'a Tile,
-        /// The reduction.
-        op: ReduceOp,
-    },
+    /// Tile reduce (see [`TileReduce`]).
+    TileReduce(TileReduce<'a>),
+}
+
+/// Tile reduce: for each `i`, rank `roots[i]` gets into its `out` the reduction over
+/// all ranks of their `ins[i]` tile; every operand holds `tile.extent_bytes()` bytes.
+/// One root is `ins.len() == 1`. Roots are distinct; a rank that is no root only
+/// contributes.
+#[derive(Debug, Clone, Copy)]
+pub struct TileReduce<'a> {
+    /// One input tile per root.
+    pub ins: &'a [SymmBuf],
+    /// The rank that receives each tile's reduction.
+    pub roots: &'a [usize],
+    /// Where a root receives its reduction.
+    pub out: &'a SymmBuf,
+    /// The tile geometry.
+    pub tile: &'a Tile,
+    /// The reduction.
+    pub op: ReduceOp,
+}
+
+impl TileReduce<'_> {
+    /// Which of the tiles this rank is the root of, if any.
+    pub fn root_index(&self, rank: usize) -> Option<usize> {
+        self.roots.iter().position(|&r| r == rank)
+    }
 }
 
 /// The first `len` bytes of `buf`, moved one-sided between this rank and `peer`.
@@ -116,8 +127,8 @@ impl OpRequest<'_> {
             OpRequest::Get(_) => "get",
             OpRequest::PutWithSignal { .. } => "put_with_signal",
             OpRequest::PutSignal { .. } => "put_signal",
-            OpRequest::TileReduce { ins, .. } if ins.len() > 1 => "multi_root_tile_reduce",
-            OpRequest::TileReduce { .. } => "tile_reduce",
+            OpRequest::TileReduce(r) if r.ins.len() > 1 => "multi_root_tile_reduce",
+            OpRequest::TileReduce(_) => "tile_reduce",
         }
     }
 }

@@ -146,13 +146,7 @@ impl DeviceOps for SpanningOps<'_> {
             OpRequest::Broadcast { buf, len, root } => {
                 self.collective(ctx, || self.broadcast(ctx, buf, len, root))
             }
-            OpRequest::TileReduce {
-                ins,
-                roots,
-                out,
-                tile,
-                op,
-            } => self.collective(ctx, || self.reduce_tiles(ctx, ins, roots, out, tile, op)),
+            OpRequest::TileReduce(r) => self.collective(ctx, || self.reduce_tiles(ctx, &r)),
             // One-sided: the safe layer lets them reach mapped peers only.
             // SAFETY: a propagation of the caller's assertion.
             _ => unsafe { self.provider.ops().execute(ctx, op) },

@@ -6,29 +6,22 @@ use crate::error::Result;
 
 use super::super::args::{OpContext, ReduceOp, SymmBuf, Tile};
 use super::super::elem;
+use super::super::request::TileReduce;
 use super::moves::{Moves, Scratch};
 use super::SpanningOps;
 
 impl SpanningOps<'_> {
     /// Body of `tile_reduce` (inside the entry and exit barriers).
-    pub(super) fn reduce_tiles(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let ReduceOp::Sum = op;
+    pub(super) fn reduce_tiles(&self, ctx: &OpContext, r: &TileReduce) -> Result<()> {
+        let ReduceOp::Sum = r.op;
         let me = ctx.rank;
-        let extent = tile.extent_bytes().unwrap_or(0);
-        let mine = roots.iter().position(|&r| r == me);
+        let extent = r.tile.extent_bytes().unwrap_or(0);
+        let mine = r.root_index(me);
         let remote = self.remote_ranks();
         let mut moves = Moves::default();
-        for (i, &root) in roots.iter().enumerate() {
+        for (i, &root) in r.roots.iter().enumerate() {
             if !self.mapped(root) {
-                moves.send(root, ins[i].range(me, 0, extent)?, extent)?;
+                moves.send(root, r.ins[i].range(me, 0, extent)?, extent)?;
             }
         }
         let received = match mine {
@@ -52,7 +45,9 @@ impl SpanningOps<'_> {
                 match remote.iter().position(|&p| p == src) {
                     Some(k) => scratch.read(self.provider, k * extent, &mut bytes)?,
                     None => {
-                        let from = ins[t].range(src, 0, extent).map_err(|e| e.with_peer(src))?;
+                        let from = r.ins[t]
+                            .range(src, 0, extent)
+                            .map_err(|e| e.with_peer(src))?;
                         // SAFETY: a mapped rank's tile, checked against the room.
                         unsafe { self.provider.read(from, &mut bytes)? }
                     }
@@ -60,7 +55,7 @@ impl SpanningOps<'_> {
                 Ok(bytes)
             })
             .collect::<Result<Vec<_>>>()?;
-        self.write_sum(&tiles, out, me, tile)
+        self.write_sum(&tiles, r.out, me, r.tile)
     }
 
     /// Sum `tiles` (one per rank, each a tile's extent) row by row into `out`, writing

@@ -10,7 +10,7 @@ use super::params::{
 use super::{CudaOps, Pick};
 use crate::error::{Error, Result};
 use crate::ops::plan::Shape;
-use crate::ops::{ElemType, OpContext, SymmBuf, Tile, VarArgs};
+use crate::ops::{ElemType, OpContext, ReduceOp, SymmBuf, TileReduce, VarArgs};
 
 impl CudaOps {
     pub(super) fn equal_all_to_all(
@@ -149,19 +149,13 @@ impl CudaOps {
         self.launch_synchronized(|k| k.broadcast, ctx, &mut p, blocks, blocks)
     }
 
-    pub(super) fn reduce_tiles(
-        &self,
-        ctx: &OpContext,
-        ins: &[SymmBuf],
-        roots: &[usize],
-        out: &SymmBuf,
-        tile: &Tile,
-    ) -> Result<()> {
-        if ins.len() != roots.len() {
+    pub(super) fn reduce_tiles(&self, ctx: &OpContext, r: &TileReduce) -> Result<()> {
+        let ReduceOp::Sum = r.op;
+        if r.ins.len() != r.roots.len() {
             return Err(Error::invalid(format!(
                 "{} tiles but {} roots",
-                ins.len(),
-                roots.len()
+                r.ins.len(),
+                r.roots.len()
             )));
         }
         if ctx.world > MAX_ROOT_WORLD {
@@ -170,17 +164,18 @@ impl CudaOps {
                 ctx.world
             )));
         }
-        let extent = tile
+        let extent = r
+            .tile
             .extent_bytes()
             .ok_or_else(|| Error::invalid("tile extent overflows"))?;
-        let op = if ins.len() == 1 {
+        let op = if r.ins.len() == 1 {
             OpId::TileReduce
         } else {
             OpId::MultiRootTileReduce
         };
         let mut p = self.base_params(ctx, op)?;
         let mut mine = None;
-        for (i, (&root, input)) in roots.iter().zip(ins).enumerate() {
+        for (i, (&root, input)) in r.roots.iter().zip(r.ins).enumerate() {
             if root >= ctx.world || (p.roots[root / 64] >> (root % 64)) & 1 == 1 {
                 return Err(Error::invalid(format!(
                     "root {root} is out of range or named twice"
@@ -192,24 +187,24 @@ impl CudaOps {
                 mine = Some(i);
             }
         }
-        if ins.is_empty() || ctx.world == 1 && mine.is_none() {
+        if r.ins.is_empty() || ctx.world == 1 && mine.is_none() {
             return Ok(());
         }
-        if extent > out.len {
+        if extent > r.out.len {
             return Err(Error::invalid(format!(
                 "a {extent}-byte tile does not fit a {}-byte out tile",
-                out.len
+                r.out.len
             )));
         }
         check_thread_per_peer(ctx, "tile_reduce")?;
-        let elem = tile.elem.size();
-        p.src = Operand::of(&ins[mine.unwrap_or(0)]);
-        p.dst = Operand::of(out);
-        p.row_bytes = (tile.row_stride * elem) as u64;
-        p.bytes = (tile.cols * elem) as u64;
-        p.rows = tile.rows as u64;
-        p.mode = dtype_code(tile.elem);
-        let blocks = grid::tile_blocks(ctx, tile.rows * tile.cols * elem, tile.rows);
+        let elem = r.tile.elem.size();
+        p.src = Operand::of(&r.ins[mine.unwrap_or(0)]);
+        p.dst = Operand::of(r.out);
+        p.row_bytes = (r.tile.row_stride * elem) as u64;
+        p.bytes = (r.tile.cols * elem) as u64;
+        p.rows = r.tile.rows as u64;
+        p.mode = dtype_code(r.tile.elem);
+        let blocks = grid::tile_blocks(ctx, r.tile.rows * r.tile.cols * elem, r.tile.rows);
         self.launch_synchronized(|k| k.tile_reduce, ctx, &mut p, blocks, blocks)
     }
 

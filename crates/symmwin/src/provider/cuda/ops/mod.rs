@@ -18,7 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait};
+use crate::ops::{DeviceOps, OpContext, OpRequest, SignalWait};
 use crate::provider::StreamHandle;
 
 mod collective;
@@ -195,13 +195,7 @@ impl DeviceOps for CudaOps {
                 dst,
                 peer,
             } => self.copy_and_signal(ctx, src, len, dst, peer),
-            OpRequest::TileReduce {
-                ins,
-                roots,
-                out,
-                tile,
-                op: ReduceOp::Sum,
-            } => self.reduce_tiles(ctx, ins, roots, out, tile),
+            OpRequest::TileReduce(r) => self.reduce_tiles(ctx, &r),
         }
     }
 
