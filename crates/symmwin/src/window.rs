@@ -338,7 +338,7 @@ impl Window {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
         if !self.all_mapped() {
             return self.spanning_op(options.timeout_given(), |s, t| {
-                s.barrier(channel, t, stream)
+                s.barrier(SignalAt::new(channel, t, stream))
             });
         }
         self.signal_op(options.timeout_given(), |s, pads, t| {

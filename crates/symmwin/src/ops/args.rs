@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
-use crate::provider::{PadLayout, StreamHandle};
+use crate::provider::{PadLayout, SignalAt, StreamHandle};
 
 use super::Engine;
 
@@ -199,6 +199,13 @@ pub struct OpContext {
     pub stream: StreamHandle,
     /// Engine for ops whose sizes are known on the host, already resolved.
     pub engine: Engine,
+}
+
+impl OpContext {
+    /// The op's channel, timeout and stream, for a signal operation on its pads.
+    pub fn signal_at(&self) -> SignalAt {
+        SignalAt::new(self.channel, self.timeout, self.stream)
+    }
 }
 
 #[cfg(test)]

@@ -31,11 +31,8 @@ const I64: usize = std::mem::size_of::<i64>();
 
 impl HostOps {
     fn barrier(&self, ctx: &OpContext) -> Result<()> {
-        self.signals.signal(
-            &ctx.pads,
-            PadSignal::Barrier,
-            SignalAt::new(ctx.channel, ctx.timeout, ctx.stream),
-        )
+        self.signals
+            .signal(&ctx.pads, PadSignal::Barrier, ctx.signal_at())
     }
 
     /// Entry barrier, `body`, exit barrier; the body's error is reported after the

@@ -151,6 +151,12 @@ fn first_cause<const N: usize>(results: [Result<()>; N]) -> Result<()> {
     }
 }
 
+/// The time left of `timeout` counted from now, each time it is called.
+fn countdown(timeout: Duration) -> impl Fn() -> Duration {
+    let deadline = Instant::now() + timeout;
+    move || deadline.saturating_duration_since(Instant::now())
+}
+
 /// The window's view of its group for a signal operation.
 pub(crate) struct SignalScope<'a> {
     pub(crate) signals: &'a dyn Signals,
@@ -185,14 +191,13 @@ impl<'a> SignalScope<'a> {
     /// neighbour) has still sent us its flag, and the rank named on failure is the one
     /// whose connection died. On device memory the sends and receives go in one batch
     /// after the pad barrier (NCCL needs the two directions of a pair grouped).
-    pub(crate) fn barrier(
-        &self,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
+    pub(crate) fn barrier(&self, at: SignalAt) -> Result<()> {
+        let SignalAt {
+            channel,
+            timeout,
+            stream,
+        } = at;
+        let left = countdown(timeout);
         let remote: Vec<usize> = (0..self.mapped.len())
             .filter(|&p| !self.mapped[p])
             .collect();
@@ -241,18 +246,8 @@ impl<'a> SignalScope<'a> {
     }
 
     /// Barrier among the mapped ranks only (this host's), through the pads.
-    pub(crate) fn mapped_barrier(
-        &self,
-        channel: usize,
-        timeout: Duration,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        self.local_barrier(
-            channel,
-            &|| deadline.saturating_duration_since(Instant::now()),
-            stream,
-        )
+    pub(crate) fn mapped_barrier(&self, at: SignalAt) -> Result<()> {
+        self.local_barrier(at.channel, &countdown(at.timeout), at.stream)
     }
 
     /// Signal and wait for every mapped peer through the pads.

@@ -68,8 +68,7 @@ impl<'a> SpanningOps<'a> {
     /// read (exit). The ranks of other hosts need none: a receive completes only once
     /// its sender has entered the op, and a send only once its bytes have left.
     fn local_barrier(&self, ctx: &OpContext) -> Result<()> {
-        self.scope
-            .mapped_barrier(ctx.channel, ctx.timeout, ctx.stream)
+        self.scope.mapped_barrier(ctx.signal_at())
     }
 
     /// Entry barrier, `body`, exit barrier, among this host's ranks; the body's error
