@@ -63,16 +63,12 @@ struct FabricInfoV2 {
     health_mask: c_uint,
 }
 
-/// `nvmlGpuFabricInfo_v3_t` (`nvmlGpuFabricInfoV_t` in the CUDA 13 era headers).
+/// `nvmlGpuFabricInfo_v3_t` (`nvmlGpuFabricInfoV_t` in the CUDA 13 era headers): the
+/// v2 fields, then one more at the end.
 #[repr(C)]
 #[derive(Debug, Default)]
 struct FabricInfoV3 {
-    version: c_uint,
-    cluster_uuid: [u8; 16],
-    status: c_uint,
-    clique_id: c_uint,
-    state: u8,
-    health_mask: c_uint,
+    v2: FabricInfoV2,
     health_summary: u8,
 }
 
@@ -107,7 +103,13 @@ macro_rules! fabric_info_from {
         }
     )*};
 }
-fabric_info_from!(FabricInfoV1, FabricInfoV2, FabricInfoV3);
+fabric_info_from!(FabricInfoV1, FabricInfoV2);
+
+impl From<FabricInfoV3> for FabricInfo {
+    fn from(raw: FabricInfoV3) -> Self {
+        raw.v2.into()
+    }
+}
 
 /// An NVML status with NVML's own description of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,7 +290,10 @@ impl Nvml {
             return self.check(call, code).map(|()| v1.into());
         };
         let mut v3 = FabricInfoV3 {
-            version: FABRIC_INFO_V3,
+            v2: FabricInfoV2 {
+                version: FABRIC_INFO_V3,
+                ..FabricInfoV2::default()
+            },
             ..FabricInfoV3::default()
         };
         // SAFETY: `device` is a live NVML handle; the version tells NVML the struct's
@@ -472,11 +477,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<FabricInfoV3>(), 40);
         assert_eq!(FABRIC_INFO_V2, 0x0200_0024);
         assert_eq!(FABRIC_INFO_V3, 0x0300_0028);
-        assert_eq!(std::mem::offset_of!(FabricInfoV3, cluster_uuid), 4);
-        assert_eq!(std::mem::offset_of!(FabricInfoV3, status), 20);
-        assert_eq!(std::mem::offset_of!(FabricInfoV3, clique_id), 24);
-        assert_eq!(std::mem::offset_of!(FabricInfoV3, state), 28);
-        assert_eq!(std::mem::offset_of!(FabricInfoV3, health_mask), 32);
+        assert_eq!(std::mem::offset_of!(FabricInfoV3, v2.cluster_uuid), 4);
+        assert_eq!(std::mem::offset_of!(FabricInfoV3, v2.status), 20);
+        assert_eq!(std::mem::offset_of!(FabricInfoV3, v2.clique_id), 24);
+        assert_eq!(std::mem::offset_of!(FabricInfoV3, v2.state), 28);
+        assert_eq!(std::mem::offset_of!(FabricInfoV3, v2.health_mask), 32);
         assert_eq!(std::mem::offset_of!(FabricInfoV3, health_summary), 36);
         assert_eq!(std::mem::offset_of!(FabricInfoV1, state), 24);
     }

@@ -12,17 +12,13 @@ typedef struct {
     unsigned int cliqueId;
     unsigned char state;
     unsigned int healthMask;
+} v2_t;
+
+/* v3 is v2 with one more field at the end. */
+typedef struct {
+    v2_t v2;
     unsigned char healthSummary;
 } v3_t;
-
-typedef struct {
-    unsigned int version;
-    unsigned char clusterUuid[16];
-    unsigned int status;
-    unsigned int cliqueId;
-    unsigned char state;
-    unsigned int healthMask;
-} v2_t;
 
 typedef struct {
     unsigned char clusterUuid[16];
@@ -79,6 +75,11 @@ static void fill(unsigned char *uuid, unsigned int *status, unsigned int *clique
     *state = 3; /* NVML_GPU_FABRIC_STATE_COMPLETED */
 }
 
+static void fill_v2(v2_t *v, unsigned int answered_by) {
+    fill(v->clusterUuid, &v->status, &v->cliqueId, &v->state, answered_by);
+    v->healthMask = 0;
+}
+
 #if !defined(FAKE_V1) && !defined(FAKE_NO_QUERY)
 unsigned int nvmlDeviceGetGpuFabricInfoV(void *device, void *info) {
     unsigned int version = *(unsigned int *)info;
@@ -86,16 +87,13 @@ unsigned int nvmlDeviceGetGpuFabricInfoV(void *device, void *info) {
 #ifndef FAKE_V2
     if (version == V3_TAG) {
         v3_t *v = info;
-        fill(v->clusterUuid, &v->status, &v->cliqueId, &v->state, 3);
-        v->healthMask = 0;
+        fill_v2(&v->v2, 3);
         v->healthSummary = 0;
         return 0;
     }
 #endif
     if (version == V2_TAG) {
-        v2_t *v = info;
-        fill(v->clusterUuid, &v->status, &v->cliqueId, &v->state, 2);
-        v->healthMask = 0;
+        fill_v2(info, 2);
         return 0;
     }
     return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */

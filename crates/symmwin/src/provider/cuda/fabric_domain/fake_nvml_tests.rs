@@ -77,6 +77,17 @@ fn path_str(path: &Path) -> String {
 
 const UUID_HEX: &str = "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf";
 
+/// Reads through the stand-in built as `variant`, asserting that NVML was shut down
+/// once, whatever the read's outcome.
+fn read_shut_down_once(
+    variant: Option<&str>,
+    pci_address: &str,
+) -> Result<FabricDomain, NoFabricDomain> {
+    let (read, _, shutdowns) = FakeNvml::build(variant).read(pci_address);
+    assert_eq!(shutdowns, 1, "NVML shut down once");
+    read
+}
+
 #[test]
 fn the_versioned_query_answers_with_v3() {
     let (read, inits, shutdowns) = FakeNvml::build(None).read(PCI);
@@ -88,41 +99,35 @@ fn the_versioned_query_answers_with_v3() {
 
 #[test]
 fn a_driver_that_knows_only_v2_is_asked_again_with_v2() {
-    let (read, _, shutdowns) = FakeNvml::build(Some("FAKE_V2")).read(PCI);
+    let read = read_shut_down_once(Some("FAKE_V2"), PCI);
     assert_eq!(read.unwrap().clique_id, 2, "answered by v2");
-    assert_eq!(shutdowns, 1);
 }
 
 #[test]
 fn a_driver_without_the_versioned_query_is_asked_unversioned() {
-    let (read, _, shutdowns) = FakeNvml::build(Some("FAKE_V1")).read(PCI);
-    let domain = read.unwrap();
+    let domain = read_shut_down_once(Some("FAKE_V1"), PCI).unwrap();
     assert_eq!(
         (domain.cluster_uuid.as_str(), domain.clique_id),
         (UUID_HEX, 1)
     );
-    assert_eq!(shutdowns, 1);
 }
 
 #[test]
 fn a_driver_without_any_fabric_query_has_no_domain() {
-    let (read, _, shutdowns) = FakeNvml::build(Some("FAKE_NO_QUERY")).read(PCI);
+    let read = read_shut_down_once(Some("FAKE_NO_QUERY"), PCI);
     assert_eq!(
         read.unwrap_err(),
         NoFabricDomain::SymbolMissing("nvmlDeviceGetGpuFabricInfo")
     );
-    assert_eq!(shutdowns, 1);
 }
 
 #[test]
 fn an_unknown_device_names_the_lookup_and_still_shuts_down() {
-    let (read, _, shutdowns) = FakeNvml::build(None).read("00000000:19:00.0");
-    let err = read.unwrap_err();
+    let err = read_shut_down_once(None, "00000000:19:00.0").unwrap_err();
     assert_eq!(
         err.to_string(),
         "nvmlDeviceGetHandleByPciBusId_v2 failed: Not Found (NVML status 6)"
     );
-    assert_eq!(shutdowns, 1);
 }
 
 #[test]
