@@ -12,3 +12,14 @@ pub use crate::rendezvous::request::{validate, Request};
 pub mod window_cache {
     pub use crate::window_cache::{counts, flush};
 }
+
+/// Bytes of `alloc`'s own view that are not zero, for tests that check memory is
+/// handed out zeroed.
+///
+/// # Safety
+/// `alloc` is host memory (the host provider's), so its view is readable here.
+pub unsafe fn nonzero_bytes(alloc: &crate::Allocation) -> usize {
+    // SAFETY: the caller guarantees a host mapping; it is alive while `alloc` is.
+    let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
+    bytes.iter().filter(|&&b| b != 0).count()
+}

@@ -296,6 +296,7 @@ mod tests {
     use crate::provider::host::{page_size, HostProvider};
     use crate::provider::Provider;
     use crate::store::MemoryStore;
+    use crate::testing::nonzero_bytes;
 
     /// Both ranks (threads, each with its own provider) run `step` at once.
     fn both<T: Send>(
@@ -313,12 +314,6 @@ mod tests {
                 .collect();
             ranks.into_iter().map(|h| h.join().unwrap()).collect()
         })
-    }
-
-    fn nonzero(alloc: &Allocation) -> usize {
-        // SAFETY: the allocation's own mapping, alive while `alloc` is.
-        let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
-        bytes.iter().filter(|&&b| b != 0).count()
     }
 
     /// A released window comes back zeroed, and one taken but put back unused after
@@ -353,12 +348,15 @@ mod tests {
         let provider = &groups[0].1;
         let taken = Allocation::new(provider.clone(), size).unwrap();
         assert!(taken.is_reused(), "the released window is handed out");
-        assert_eq!(nonzero(&taken), 0);
+        // SAFETY: host provider memory.
+        assert_eq!(unsafe { nonzero_bytes(&taken) }, 0);
         // SAFETY: the allocation's own mapping, alive while `taken` is.
         unsafe { std::ptr::write_bytes(taken.ptr() as *mut u8, 0xCD, size) };
         drop(taken);
         let again = Allocation::new(provider.clone(), size).unwrap();
         assert!(again.is_reused(), "the unused window was put back");
-        assert_eq!(nonzero(&again), 0, "and zeroed again first");
+        // SAFETY: host provider memory.
+        let dirty = unsafe { nonzero_bytes(&again) };
+        assert_eq!(dirty, 0, "and zeroed again first");
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
-use symmwin::testing::{Message, Offer, Payload, FABRIC_LEN, MAX_OFFERED};
+use symmwin::testing::{nonzero_bytes, Message, Offer, Payload, FABRIC_LEN, MAX_OFFERED};
 use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
 /// A store whose every request, as written, is rewritten to claim that its rank has
@@ -49,13 +49,6 @@ impl Store for Forging {
     fn delete(&self, key: &str) -> symmwin::Result<()> {
         self.inner.delete(key)
     }
-}
-
-/// Bytes of `alloc`'s own view that are not zero.
-fn nonzero(alloc: &Allocation) -> usize {
-    // SAFETY: the allocation's own mapping, alive while `alloc` is.
-    let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
-    bytes.iter().filter(|&&b| b != 0).count()
 }
 
 /// Rank 0 frees a window that rank 1 keeps and writes into, while every request in the
@@ -99,7 +92,8 @@ fn a_freed_list_forged_in_the_store_releases_nothing() {
                     }
                     barrier.wait();
                     let reused = again.as_ref().is_some_and(Allocation::is_reused);
-                    let dirty = again.as_ref().map_or(0, nonzero);
+                    // SAFETY: host provider memory.
+                    let dirty = again.as_ref().map_or(0, |a| unsafe { nonzero_bytes(a) });
                     drop((kept, again));
                     drop(rendezvous(2 * 4096));
                     let last = Allocation::new(provider.clone(), size).unwrap();
