@@ -150,25 +150,26 @@ fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
     }
 }
 
-/// Run `f` with the context of `window`, attaching this rank (and a subgroup's
-/// global ranks) to any error. On a group that spans hosts `f` gets the spanning
-/// implementation of the ops, else the provider's own.
-fn run(
-    window: &Window,
-    reach: Reach,
-    opts: &OpOptions,
-    f: impl FnOnce(&dyn super::DeviceOps, &OpContext) -> Result<()>,
-) -> Result<()> {
+/// Execute `op` with the context of `window`, attaching this rank (and a subgroup's
+/// global ranks) to any error. On a group that spans hosts the spanning
+/// implementation of the ops runs it, else the provider's own.
+///
+/// # Safety
+/// Every operand of `op` was checked to lie in its live window (and any address it
+/// carries is as [`super::DeviceOps::execute`] requires).
+unsafe fn execute(window: &Window, reach: Reach, opts: &OpOptions, op: &OpRequest) -> Result<()> {
     let go = || {
         require_mapped(window, reach)?;
         let ctx = context(window, opts)?;
         if window.all_mapped() {
-            return f(window.provider().ops(), &ctx);
+            // SAFETY: a propagation of the caller's assertion.
+            return unsafe { window.provider().ops().execute(&ctx, op) };
         }
         let remote = window.remote_peers();
         let scope = window.signal_scope(&ctx.pads, remote.as_deref());
         let spanning = SpanningOps::new(window.provider(), scope)?;
-        f(&spanning, &ctx)
+        // SAFETY: as above.
+        unsafe { super::DeviceOps::execute(&spanning, &ctx, op) }
     };
     go().map_err(|e| window.context(e))
 }
@@ -196,9 +197,7 @@ pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> 
         chunk: per_peer,
     };
     // SAFETY: both operands were checked to lie in their live windows of one group.
-    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Everyone, opts, &op) }
 }
 
 /// The all-to-all-v family: the shape picks the op; `splits` is `in_splits`
@@ -218,9 +217,7 @@ pub fn all_to_all_v(
     let op = OpRequest::AllToAllV { shape, args: &args };
     // SAFETY: var_args checked every operand against its window, the table lengths
     // against the world size and the row counts against the operands.
-    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Everyone, opts, &op) }
 }
 
 fn var_args(
@@ -315,9 +312,7 @@ pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
         root,
     };
     // SAFETY: the operand was checked to lie in its live window.
-    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Everyone, opts, &op) }
 }
 
 /// One-sided put (`into_peer`) or get of `buf` between this rank and `peer`.
@@ -336,9 +331,7 @@ pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) 
         OpRequest::Get(transfer)
     };
     // SAFETY: the operand was checked to lie in its live window.
-    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Peer(peer), opts, &op) }
 }
 
 fn signal_word(sig: &Operand) -> Result<SymmBuf> {
@@ -383,9 +376,7 @@ pub fn put_with_signal(
         value,
     };
     // SAFETY: both operands were checked to lie in their live windows.
-    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Peer(peer), opts, &op) }
 }
 
 /// Wait until this rank's 64-bit `sig` equals `value`, then reset it to zero.
@@ -479,9 +470,7 @@ pub unsafe fn put_signal(
         peer,
     };
     // SAFETY: `dst` was checked against its window; the caller vouches for `src`.
-    run(w, Reach::Peer(peer), opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Peer(peer), opts, &op) }
 }
 
 /// Wait for `peer`'s [`put_signal`] on `window` (channel 0).
@@ -543,9 +532,7 @@ pub fn tile_reduce(
         op,
     });
     // SAFETY: every tile was checked to lie in its live window with the tile's extent.
-    run(w, Reach::Everyone, opts, |ops, ctx| unsafe {
-        ops.execute(ctx, &op)
-    })
+    unsafe { execute(w, Reach::Everyone, opts, &op) }
 }
 
 fn check_tile(tile: &Tile) -> Result<()> {
