@@ -1,6 +1,8 @@
 //! The internals the integration tests forge requests and exchange messages with
-//! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`).
-//! Not part of the API: hidden from the documentation, with no stability promise.
+//! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`,
+//! `forged_offers.rs`), and the check that memory is handed out zeroed, shared with the
+//! unit tests. Not part of the API: hidden from the documentation, with no stability
+//! promise.
 
 pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
 pub use crate::exchange::{Endpoint, PeerAddress, Round};
