@@ -2,9 +2,10 @@
 //! `put_with_signal` / `wait_for_signal`, and `put_signal` (copy, then a pad signal).
 
 use super::grid::{self, COPY_ENGINE_MIN_ONE_SIDED};
-use super::params::{OpId, Operand, COPY_GET, COPY_PUT, HS_SIGNAL_PEER, THREADS};
+use super::params::{OpId, Operand, COPY_GET, COPY_PUT, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
+use crate::provider::{PadSignal, SignalAt, Signals};
 
 use crate::ops::{OpContext, SignalWait, SymmBuf, Transfer};
 
@@ -120,7 +121,14 @@ impl CudaOps {
             p.mode = COPY_PUT;
             self.launch(|k| k.copy, grid::copy_blocks(len), THREADS, ctx.stream, &p)?;
         }
-        self.handshake(ctx, &p, HS_SIGNAL_PEER, peer, 0)
+        // The pad signal kernel, not the ops handshake: the handshake never signals
+        // its own rank, and a rank may put_signal itself. Stream order puts it after
+        // the copy; its system-scope release publishes the copy with the signal.
+        self.signals.signal(
+            &ctx.pads,
+            PadSignal::Put(peer),
+            SignalAt::new(0, ctx.timeout, ctx.stream),
+        )
     }
 }
 
