@@ -214,6 +214,13 @@ def ops_tiles(ctx):
     return done
 
 
+def _host_barrier(ctx) -> None:
+    """A gloo barrier after this rank's device work is done: gloo orders only the
+    host, and a peer that reads our memory next must see what our stream wrote."""
+    ctx.sync()
+    dist.barrier()
+
+
 def ops_one_sided(ctx):
     """put / get / put_with_signal / wait_for_signal / put_signal / wait_signal
     between every ordered pair of ranks, a rank to itself included."""
@@ -228,19 +235,19 @@ def ops_one_sided(ctx):
     for dst in range(W):
         bufs[me].fill_(me * 100 + dst)
         torch.ops.symmwin.put(bufs[me], dst)
-        dist.barrier()
+        _host_barrier(ctx)
         if me == dst:
             for src in range(W):
                 assert (bufs[src] == src * 100 + dst).all(), ("put", src, dst, bufs[src].tolist())
-        dist.barrier()
+        _host_barrier(ctx)
     g = _sym(ctx, (n,), torch.int64)
     symm_mem.rendezvous(g, _group())
     for src in range(W):
         g.fill_(me)
-        dist.barrier()
+        _host_barrier(ctx)
         torch.ops.symmwin.get(g, src)
         assert (g == src).all(), ("get", src)
-        dist.barrier()
+        _host_barrier(ctx)
     data = _sym(ctx, (n,), torch.float32)
     hdl = symm_mem.rendezvous(data, _group())
     pad = hdl.get_signal_pad(me)
@@ -252,7 +259,7 @@ def ops_one_sided(ctx):
             if me == dst:
                 torch.ops.symmwin.wait_for_signal(pad, 5 + src, src)
                 assert (data == src * 10 + dst).all(), ("put_with_signal", src, dst)
-            dist.barrier()
+            _host_barrier(ctx)
             pairs.append((src, dst))
     assert (pad == 0).all(), "wait_for_signal must leave the pad zero"
     landing = _sym(ctx, (n,), torch.float32)
@@ -264,7 +271,7 @@ def ops_one_sided(ctx):
             if me == dst:
                 ops.wait_signal(lhdl, src)
                 assert (landing == src * 1000 + dst).all(), ("put_signal", src, dst)
-            dist.barrier()
+            _host_barrier(ctx)
     assert (lhdl.get_signal_pad(me) == 0).all()
     return len(pairs)
 
