@@ -84,60 +84,89 @@ pub fn in_table_len(shape: Shape, world: usize, experts: usize) -> usize {
 /// The plan of receiver `me`, from every rank's input split table (`tables[s]`, of
 /// [`in_table_len`] values). Negative splits or offsets are errors naming the sender.
 pub fn plan(shape: Shape, tables: &[Vec<i64>], me: usize, experts: usize) -> Result<Plan> {
-    let world = tables.len();
-    // For each output index (torch's order): (sender, index in its table).
-    let order: Vec<(usize, usize)> = match shape {
-        Shape::Flat => (0..world).map(|s| (s, me)).collect(),
-        Shape::Dispatch { .. } => (0..experts)
-            .flat_map(|e| (0..world).map(move |s| (s, me * experts + e)))
-            .collect(),
-        Shape::Combine => (0..world)
-            .flat_map(|s| (0..experts).map(move |e| (s, e * world + me)))
-            .collect(),
-    };
-    // Where each sender's chunks start: its explicit offsets (combine), else the
-    // exclusive prefix sum of all its splits in its own table order.
-    let starts = tables
-        .iter()
-        .enumerate()
-        .map(|(src, table)| {
-            let n = world * experts;
-            let (what, base) = match shape {
-                Shape::Combine => ("in_offsets", n),
-                _ => ("in_splits", 0),
-            };
-            let values = (0..n)
-                .map(|i| split_value(table, base + i, src, what))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(match shape {
-                Shape::Combine => values,
-                _ => exclusive_prefix(&values),
+    Planner::new(shape, tables, experts)?.plan(me)
+}
+
+/// The plans of several receivers from the same tables: what every receiver shares
+/// (where each sender's chunks start) is worked out once.
+#[derive(Debug)]
+pub struct Planner<'a> {
+    shape: Shape,
+    tables: &'a [Vec<i64>],
+    experts: usize,
+    /// `starts[s][i]`: first row of entry `i` of sender `s`'s table in its input.
+    starts: Vec<Vec<usize>>,
+}
+
+impl<'a> Planner<'a> {
+    /// Checks every table (a negative split or offset is an error naming its sender)
+    /// and computes where each sender's chunks start: its explicit offsets (combine),
+    /// else the exclusive prefix sum of all its splits in its own table order.
+    pub fn new(shape: Shape, tables: &'a [Vec<i64>], experts: usize) -> Result<Self> {
+        let n = tables.len() * experts;
+        let (what, base) = match shape {
+            Shape::Combine => ("in_offsets", n),
+            _ => ("in_splits", 0),
+        };
+        let starts = tables
+            .iter()
+            .enumerate()
+            .map(|(src, table)| {
+                let values = (0..n)
+                    .map(|i| split_value(table, base + i, src, what))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(match shape {
+                    Shape::Combine => values,
+                    _ => exclusive_prefix(&values),
+                })
             })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Planner {
+            shape,
+            tables,
+            experts,
+            starts,
         })
-        .collect::<Result<Vec<_>>>()?;
-    let mut rows = Vec::with_capacity(order.len());
-    let mut src_rows = Vec::with_capacity(order.len());
-    for &(src, index) in &order {
-        rows.push(split_value(&tables[src], index, src, "in_splits")?);
-        src_rows.push(starts[src][index]);
     }
-    let (out_offsets, needed) = output_offsets(shape, &rows, world);
-    let chunks = order
-        .iter()
-        .enumerate()
-        .map(|(i, &(src, _))| Chunk {
-            src,
-            src_row: src_rows[i],
-            out_row: out_offsets[i],
-            rows: rows[i],
+
+    /// The plan of receiver `me`.
+    pub fn plan(&self, me: usize) -> Result<Plan> {
+        let (shape, tables, experts) = (self.shape, self.tables, self.experts);
+        let world = tables.len();
+        // For each output index (torch's order): (sender, index in its table).
+        let order: Vec<(usize, usize)> = match shape {
+            Shape::Flat => (0..world).map(|s| (s, me)).collect(),
+            Shape::Dispatch { .. } => (0..experts)
+                .flat_map(|e| (0..world).map(move |s| (s, me * experts + e)))
+                .collect(),
+            Shape::Combine => (0..world)
+                .flat_map(|s| (0..experts).map(move |e| (s, e * world + me)))
+                .collect(),
+        };
+        let mut rows = Vec::with_capacity(order.len());
+        let mut src_rows = Vec::with_capacity(order.len());
+        for &(src, index) in &order {
+            rows.push(split_value(&tables[src], index, src, "in_splits")?);
+            src_rows.push(self.starts[src][index]);
+        }
+        let (out_offsets, needed) = output_offsets(shape, &rows, world);
+        let chunks = order
+            .iter()
+            .enumerate()
+            .map(|(i, &(src, _))| Chunk {
+                src,
+                src_row: src_rows[i],
+                out_row: out_offsets[i],
+                rows: rows[i],
+            })
+            .collect();
+        Ok(Plan {
+            chunks,
+            out_splits: rows.iter().map(|&r| r as i64).collect(),
+            out_offsets: out_offsets.iter().map(|&o| o as i64).collect(),
+            out_rows_needed: needed,
         })
-        .collect();
-    Ok(Plan {
-        chunks,
-        out_splits: rows.iter().map(|&r| r as i64).collect(),
-        out_offsets: out_offsets.iter().map(|&o| o as i64).collect(),
-        out_rows_needed: needed,
-    })
+    }
 }
 
 /// Output offsets in output order, and the rows of output needed.

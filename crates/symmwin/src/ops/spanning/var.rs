@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 
 use super::super::args::{OpContext, VarArgs};
 use super::super::host::check_own_sends;
-use super::super::plan::{in_table_len, plan, Chunk, Plan, Shape};
+use super::super::plan::{in_table_len, Chunk, Plan, Planner, Shape};
 use super::moves::{i64s, Moves, Scratch};
 use super::SpanningOps;
 
@@ -40,13 +40,14 @@ impl SpanningOps<'_> {
         let tables = self.gather_tables(ctx, in_table_len(shape, ctx.world, experts), args)?;
         // Negative splits are in the tables every rank holds: all ranks fail alike here,
         // before any message, so none waits for one.
-        let mine = plan(shape, &tables, ctx.rank, experts)?;
+        let planner = Planner::new(shape, &tables, experts)?;
+        let mine = planner.plan(ctx.rank)?;
         let own_sends = check_own_sends(shape, &tables[ctx.rank], args);
         let mut moves = Moves::default();
         let mut discard = None;
         let received = self.receive_plan(args, &mine, &mut moves, &mut discard);
         for peer in self.remote_ranks() {
-            let theirs = plan(shape, &tables, peer, experts)?;
+            let theirs = planner.plan(peer)?;
             self.send_plan(args, ctx.rank, peer, &theirs, &mut moves)?;
         }
         self.execute(ctx, &moves)?;
