@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{Provider, ProviderKind, Table};
 use crate::signal::remote::{data_tag, failure, Direction, Transfer};
 
-use super::super::args::OpContext;
+use super::super::args::{OpContext, SymmBuf};
 use super::SpanningOps;
 
 /// A copy between two mapped addresses of this process.
@@ -97,6 +97,34 @@ impl SpanningOps<'_> {
             });
             posted.and(copied)
         })
+    }
+
+    /// The first `bytes` bytes of `buf` on every rank, in rank order, once `moves`
+    /// received remote rank `remote[k]`'s into byte `k * bytes` of `scratch`: those
+    /// are read from the scratch after the stream, a mapped rank's through the window.
+    pub(super) fn collect(
+        &self,
+        ctx: &OpContext,
+        buf: &SymmBuf,
+        bytes: usize,
+        remote: &[usize],
+        scratch: &mut Scratch,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.provider.signals().synchronize(ctx.stream)?;
+        (0..ctx.world)
+            .map(|rank| {
+                let mut out = vec![0u8; bytes];
+                match remote.iter().position(|&p| p == rank) {
+                    Some(k) => scratch.read(self.provider, k * bytes, &mut out)?,
+                    None => {
+                        let src = buf.range(rank, 0, bytes).map_err(|e| e.with_peer(rank))?;
+                        // SAFETY: a mapped rank's operand, checked against the room.
+                        unsafe { self.provider.read(src, &mut out)? }
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
     }
 
     fn copy_all(&self, copies: &[LocalCopy]) -> Result<()> {

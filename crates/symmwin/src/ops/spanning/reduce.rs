@@ -38,23 +38,7 @@ impl SpanningOps<'_> {
         let Some(t) = mine else {
             return Ok(());
         };
-        self.provider.signals().synchronize(ctx.stream)?;
-        let tiles = (0..ctx.world)
-            .map(|src| {
-                let mut bytes = vec![0u8; extent];
-                match remote.iter().position(|&p| p == src) {
-                    Some(k) => scratch.read(self.provider, k * extent, &mut bytes)?,
-                    None => {
-                        let from = r.ins[t]
-                            .range(src, 0, extent)
-                            .map_err(|e| e.with_peer(src))?;
-                        // SAFETY: a mapped rank's tile, checked against the room.
-                        unsafe { self.provider.read(from, &mut bytes)? }
-                    }
-                }
-                Ok(bytes)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let tiles = self.collect(ctx, &r.ins[t], extent, &remote, &mut scratch)?;
         self.write_sum(&tiles, r.out, me, r.tile)
     }
 

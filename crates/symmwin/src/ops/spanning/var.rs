@@ -72,24 +72,8 @@ impl SpanningOps<'_> {
             moves.recv(peer, scratch.ptr(i * bytes), bytes)?;
         }
         self.execute(ctx, &moves)?;
-        self.provider.signals().synchronize(ctx.stream)?;
-        let mut raw = vec![0u8; bytes];
-        (0..ctx.world)
-            .map(|rank| {
-                match remote.iter().position(|&p| p == rank) {
-                    Some(i) => scratch.read(self.provider, i * bytes, &mut raw)?,
-                    None => {
-                        let src = args
-                            .in_splits
-                            .range(rank, 0, bytes)
-                            .map_err(|e| e.with_peer(rank))?;
-                        // SAFETY: a mapped rank's table, checked against the room.
-                        unsafe { self.provider.read(src, &mut raw)? }
-                    }
-                }
-                Ok(i64s(&raw))
-            })
-            .collect()
+        let raw = self.collect(ctx, &args.in_splits, bytes, &remote, &mut scratch)?;
+        Ok(raw.iter().map(|table| i64s(table)).collect())
     }
 
     /// This rank's side of its own plan: pull from mapped senders, receive from the
