@@ -104,26 +104,31 @@ def spanning_remote_timeout(ctx):
     return {"message": message, "peer": remote}
 
 
-def spanning_kill(ctx):
-    """Barriers in a loop; rank ctx.args["victim"] is killed in the middle of them. The
-    survivors' barrier raises, naming the victim."""
+def _until_killed(ctx, call, keep) -> dict:
+    """`call(i)` in a loop; rank ctx.args["victim"] is killed in the middle of it. The
+    survivors' call raises, naming the victim: the iteration and the message."""
     victim = ctx.args["victim"]
-    t = symm_mem.empty(64, device=ctx.device)
-    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
     for i in range(1000):
         if ctx.rank == victim and i == 20:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            hdl.barrier(channel=i % 2, timeout_ms=5000)
+            call(i)
         except RuntimeError as e:
             # Stay a while, as a failing job's ranks do until the launcher ends them: a
             # survivor that exits at once closes its connections, and a peer still
             # waiting would then rightly name it (another rank gone).
             time.sleep(ctx.args.get("linger", 0))
             # Survivors leave the group to interpreter teardown: it has a dead rank.
-            ctx.keep.extend([t, hdl])
+            ctx.keep.extend(keep)
             return {"iteration": i, "message": str(e)}
-    raise AssertionError("the barrier never failed")
+    raise AssertionError("the call never failed")
+
+
+def spanning_kill(ctx):
+    """Barriers in a loop across hosts until a rank is killed (see _until_killed)."""
+    t = symm_mem.empty(64, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    return _until_killed(ctx, lambda i: hdl.barrier(channel=i % 2, timeout_ms=5000), [t, hdl])
 
 
 def gpu_spanning(ctx):
@@ -187,21 +192,10 @@ def spanning_one_sided(ctx):
 
 
 def spanning_ops_kill(ctx):
-    """all_to_all in a loop across hosts; rank ctx.args["victim"] is killed in the
-    middle. The survivors' op raises, naming the victim."""
-    victim = ctx.args["victim"]
+    """all_to_all in a loop across hosts until a rank is killed (see _until_killed)."""
     group = dist.group.WORLD.group_name
     inp = symm_mem.empty(ctx.world * 16, device=ctx.device)
     out = symm_mem.empty(ctx.world * 16, device=ctx.device)
     symm_mem.rendezvous(inp, dist.group.WORLD)
     symm_mem.rendezvous(out, dist.group.WORLD)
-    for i in range(1000):
-        if ctx.rank == victim and i == 20:
-            os.kill(os.getpid(), signal.SIGKILL)
-        try:
-            torch.ops.symmwin.all_to_all(inp, out, group)
-        except RuntimeError as e:
-            time.sleep(ctx.args.get("linger", 0))
-            ctx.keep.extend([inp, out])
-            return {"iteration": i, "message": str(e)}
-    raise AssertionError("the op never failed")
+    return _until_killed(ctx, lambda i: torch.ops.symmwin.all_to_all(inp, out, group), [inp, out])
