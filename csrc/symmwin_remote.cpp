@@ -321,6 +321,22 @@ void run_staged(Remote& r, std::vector<Message>& batch, uint64_t timeout_ms, int
   }
 }
 
+// One batch on the path the group's memory and backend take. Data sends are waited
+// for (the caller reuses their buffers once the op is complete); flag sends are not.
+// Staged flags are host tensors already: they only wait for the stream first.
+void run_batch(Remote& r, std::vector<Message>& batch, bool data, uint64_t timeout_ms, int& peer) {
+  if (r.staged && data) {
+    run_staged(r, batch, timeout_ms, peer);
+  } else if (r.staged) {
+    r.drain_stream();
+    run_host(r, batch, /*wait_sends=*/false, timeout_ms, peer);
+  } else if (r.device.is_cuda()) {
+    run_cuda(r, batch, /*wait_sends=*/data, peer);
+  } else {
+    run_host(r, batch, /*wait_sends=*/data, timeout_ms, peer);
+  }
+}
+
 int remote_flags(
     void* ctx,
     const SymmwinFlag* ops,
@@ -336,14 +352,7 @@ int remote_flags(
     for (size_t i = 0; i < n; ++i) {
       batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::zeros({1}, options)});
     }
-    if (r.device.is_cuda() && !r.staged) {
-      run_cuda(r, batch, /*wait_sends=*/false, peer);
-      return;
-    }
-    if (r.staged) {
-      r.drain_stream();
-    }
-    run_host(r, batch, /*wait_sends=*/false, timeout_ms, peer);
+    run_batch(r, batch, /*data=*/false, timeout_ms, peer);
   });
 }
 
@@ -363,13 +372,7 @@ int remote_transfer(
       const auto len = static_cast<int64_t>(ops[i].len);
       batch.push_back({ops[i].peer, ops[i].direction == SYMMWIN_SEND, ops[i].tag, at::from_blob(ops[i].ptr, {len}, options)});
     }
-    if (r.staged) {
-      run_staged(r, batch, timeout_ms, peer);
-    } else if (r.device.is_cuda()) {
-      run_cuda(r, batch, /*wait_sends=*/true, peer);
-    } else {
-      run_host(r, batch, /*wait_sends=*/true, timeout_ms, peer);
-    }
+    run_batch(r, batch, /*data=*/true, timeout_ms, peer);
   });
 }
 
