@@ -1,6 +1,6 @@
 //! Local memory that can later become a window of any group.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -40,6 +40,9 @@ struct AllocationInner {
     reuse: Mutex<Option<WindowSpan>>,
     /// The one window made from this allocation, once its last user is gone.
     parked: Mutex<Option<WindowSpan>>,
+    /// An offer or a handle for this memory went out in a rendezvous that failed here:
+    /// a peer may map it and write into it, so it never goes to the window cache.
+    shared_in_failed_call: AtomicBool,
 }
 
 impl std::fmt::Debug for Allocation {
@@ -123,6 +126,7 @@ impl Allocation {
                 reused: reuse.is_some(),
                 reuse: Mutex::new(reuse),
                 parked: Mutex::new(None),
+                shared_in_failed_call: AtomicBool::new(false),
             }),
         }
     }
@@ -151,10 +155,27 @@ impl Allocation {
         self.inner.windows.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A rendezvous of this memory failed here after its offer or handle may have gone
+    /// out: a peer may complete that call and write into our memory, so the released
+    /// window it took is let go for good (the peers' mappings keep their pages alive)
+    /// and no window of it is ever cached.
+    pub(crate) fn shared_in_failed_call(&self) {
+        self.inner
+            .shared_in_failed_call
+            .store(true, Ordering::SeqCst);
+        drop(self.take_reuse());
+    }
+
+    /// Whether [`Allocation::shared_in_failed_call`] marked this memory.
+    pub fn was_shared_in_failed_call(&self) -> bool {
+        self.inner.shared_in_failed_call.load(Ordering::SeqCst)
+    }
+
     /// The last user of a window made from this allocation is gone: keep its span
     /// for the cache if it was the allocation's only window, else let it go.
     pub(crate) fn window_gone(&self, window: WindowSpan) {
-        if self.inner.windows.load(Ordering::SeqCst) == 1 {
+        let cacheable = !self.was_shared_in_failed_call();
+        if cacheable && self.inner.windows.load(Ordering::SeqCst) == 1 {
             *lock(&self.inner.parked) = Some(window);
         }
     }
@@ -243,6 +264,9 @@ impl Drop for AllocationInner {
             local,
             provider: Arc::clone(&self.provider),
         };
+        if *self.shared_in_failed_call.get_mut() {
+            return;
+        }
         match (parked, unused) {
             (Some(window), _) => window_cache::park(entry(window)),
             (None, Some(window)) if *self.windows.get_mut() == 0 => {

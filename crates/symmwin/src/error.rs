@@ -126,6 +126,23 @@ pub enum ErrorKind {
     /// the process must exit. Reported by every later call that reaches the device.
     #[error("{0}")]
     ContextLost(Box<crate::device_timeout::DeviceTimeout>),
+    /// A rendezvous of this group failed or was given up on some rank, so the ranks no
+    /// longer agree on which call is which: no later rendezvous of the group can be
+    /// trusted to pair the same calls, and every one fails at once.
+    #[error(
+        "the group is out of step since rendezvous {since} on rank {rank} ({why}); no \
+         rendezvous of this group can succeed any more: destroy and re-create the process \
+         group (torch.distributed.destroy_process_group(), then init_process_group or \
+         new_group; with the Rust API, a new Group under a new name)"
+    )]
+    OutOfStep {
+        /// The rendezvous number (per group, from 0) that failed first.
+        since: u64,
+        /// The rank where it failed (this rank or the peer that told us).
+        rank: usize,
+        /// What happened there.
+        why: String,
+    },
     /// A bug inside symmwin: state it guards was left inconsistent (a lock poisoned by
     /// a panic on another thread).
     #[error("internal error: {0}")]

@@ -135,6 +135,38 @@ pub(crate) struct GroupState {
     /// Every rank's address, once a rendezvous showed that all ranks share this host
     /// and socket directory: later requests travel over the sockets, not the store.
     pub(crate) direct: Option<Vec<crate::exchange::PeerAddress>>,
+    /// Every rank's address as the last gather through the store read it: whom to tell
+    /// when we give a rendezvous up.
+    pub(crate) addresses: Option<Vec<crate::exchange::PeerAddress>>,
+    /// Set by the first rendezvous that failed here or that a peer gave up: every later
+    /// one fails at once with it.
+    pub(crate) out_of_step: Option<OutOfStep>,
+}
+
+/// Since when and where a group's ranks stopped agreeing on which call is which.
+#[derive(Debug, Clone)]
+pub(crate) struct OutOfStep {
+    pub(crate) since: u64,
+    pub(crate) rank: usize,
+    pub(crate) why: String,
+}
+
+impl OutOfStep {
+    /// The error of every rendezvous after the one that failed.
+    pub(crate) fn error(&self, our_rank: usize) -> Error {
+        let error = Error::new(
+            Phase::Gather,
+            crate::error::ErrorKind::OutOfStep {
+                since: self.since,
+                rank: self.rank,
+                why: self.why.clone(),
+            },
+        );
+        match self.rank == our_rank {
+            true => error,
+            false => error.with_peer(self.rank),
+        }
+    }
 }
 
 impl GroupShared {
@@ -215,6 +247,8 @@ impl Group {
                     endpoint,
                     stale_keys: Vec::new(),
                     direct: None,
+                    addresses: None,
+                    out_of_step: None,
                 }),
             }),
         })

@@ -53,7 +53,7 @@ impl Endpoint {
         let handle = match message.payload {
             Payload::Fd if raw.fds.len() == 1 => Some(SharedHandle::Fd(raw.fds.remove(0))),
             Payload::Fabric(bytes) if raw.fds.is_empty() => Some(SharedHandle::Fabric(bytes)),
-            Payload::NoHandle if raw.fds.is_empty() => None,
+            Payload::NoHandle | Payload::GaveUp if raw.fds.is_empty() => None,
             _ => {
                 return Err(format!(
                     "{} fds attached to a {:?} message",

@@ -3,10 +3,16 @@
 
 use super::auth::Authenticated;
 use super::transport::Received;
-use super::wire::Offer;
+use super::wire::{Offer, Payload};
 use super::{Endpoint, Round, Traded};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
+
+/// How far ahead of ours a peer's rendezvous can be: it completes a call only with our
+/// message for it, so it sends for at most the next one (a margin of one more).
+const MAX_AHEAD: u64 = 2;
+/// Messages a peer sends for one rendezvous: its first, and its handle after it.
+const MAX_PER_CALL: usize = 2;
 
 /// A received, authenticated handle not yet consumed (it arrived early).
 #[derive(Debug)]
@@ -37,6 +43,15 @@ impl Endpoint {
                 handle,
                 request,
             }) => {
+                if message.payload == Payload::GaveUp {
+                    return match message.group == round.group {
+                        true => {
+                            let notice = (message.seq, message.physical_size);
+                            self.heard_give_up(round, message.sender as usize, notice, pid)
+                        }
+                        false => Ok(()),
+                    };
+                }
                 let early = Early {
                     sender: message.sender as usize,
                     pid,
@@ -49,10 +64,7 @@ impl Endpoint {
                 if message.group == round.group && message.seq == round.seq {
                     self.accept(round, early, traded)
                 } else if message.group == round.group && message.seq > round.seq {
-                    self.early
-                        .entry((message.group, message.seq))
-                        .or_default()
-                        .push(early);
+                    self.keep_early(round, message.seq, early);
                     Ok(())
                 } else {
                     // A late message of a finished or failed rendezvous: its fd closes here.
@@ -130,6 +142,26 @@ impl Endpoint {
             _ => self.reject_duplicate(round, sender),
         }
         Ok(())
+    }
+
+    /// Keep `early` for rendezvous `seq`, unless it is further ahead than a peer can be
+    /// or its sender already sent all a rendezvous takes: whatever the sender, what a
+    /// peer can queue is bounded (its fds close here).
+    fn keep_early(&mut self, round: &Round<'_>, seq: u64, early: Early) {
+        let queued = self.early.entry((round.group, seq)).or_default();
+        let from_sender = queued.iter().filter(|e| e.sender == early.sender).count();
+        if seq - round.seq > MAX_AHEAD || from_sender >= MAX_PER_CALL {
+            self.rejected += 1;
+            tracing::warn!(
+                "symmwin rank {}: dropped a message of rank {} for rendezvous {seq}: \
+                 more than a peer can send ahead of rendezvous {}",
+                round.rank,
+                early.sender,
+                round.seq
+            );
+            return;
+        }
+        queued.push(early);
     }
 
     fn reject_duplicate(&mut self, round: &Round<'_>, sender: usize) {

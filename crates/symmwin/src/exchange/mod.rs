@@ -11,6 +11,7 @@
 mod auth;
 mod diagnosis;
 mod early;
+mod give_up;
 mod sweep;
 mod traded;
 mod transport;
@@ -25,6 +26,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 use crate::token::Token;
 use early::Early;
+pub use give_up::GaveUp;
 pub use sweep::remove_own_sockets;
 use traded::Sent;
 pub use traded::{Awaited, Outgoing, Traded};
@@ -68,6 +70,8 @@ pub struct Endpoint {
     uid: u32,
     /// Handles for rendezvous we have not reached yet, keyed by (group, seq).
     early: HashMap<(u64, u64), Vec<Early>>,
+    /// The first give-up notice a peer sent: the group is out of step from there on.
+    gave_up: Option<GaveUp>,
     /// Messages dropped since creation (for tests and diagnostics).
     rejected: u64,
     /// Datagrams whose attached fds the kernel dropped (`MSG_CTRUNC`) since creation:
@@ -107,6 +111,7 @@ impl Endpoint {
             token,
             uid: rustix::process::getuid().as_raw(),
             early: HashMap::new(),
+            gave_up: None,
             rejected: 0,
             fds_dropped: 0,
             counts: ExchangeCounts::default(),
@@ -166,6 +171,12 @@ impl Endpoint {
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let fds_dropped_before = self.fds_dropped;
+        // What was queued for calls below this one can never be used: its fds close.
+        self.early
+            .retain(|&(group, seq), _| group != round.group || seq >= round.seq);
+        if let Some(heard) = self.gave_up {
+            return Err(heard.error(round.rank));
+        }
         for early in self
             .early
             .remove(&(round.group, round.seq))
@@ -221,11 +232,17 @@ impl Endpoint {
                 Duration::from_millis(1).min(deadline - now)
             };
             if self.wait_readable(wait)? {
-                while let Some(msg) = self.receive_one()? {
-                    self.route(round, msg, traded)?;
-                }
+                self.receive_queued(round, traded)?;
             }
         }
+    }
+
+    /// Route every datagram waiting in our queue.
+    fn receive_queued(&mut self, round: &Round<'_>, traded: &mut Traded) -> Result<()> {
+        while let Some(msg) = self.receive_one()? {
+            self.route(round, msg, traded)?;
+        }
+        Ok(())
     }
 }
 

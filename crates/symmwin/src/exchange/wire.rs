@@ -6,7 +6,9 @@
 //! sender u32 | world u32 | token [16] | physical_size u64 | reuse u64 |
 //! freed_count u8 | reserved [7] | freed [u64; 8] | fabric [64] (kind 1 only)`.
 //! Kind 0 carries one fd (SCM_RIGHTS), kind 1 a fabric handle inline, kind 2 no
-//! handle (a rank that may take a freed window over exports only if it must).
+//! handle (a rank that may take a freed window over exports only if it must), kind 3
+//! says the sender gave rendezvous `seq` up (see [`Payload::GaveUp`]); there
+//! `physical_size` holds the rank the sender's error named plus one (0: none).
 //! With flag [`FLAG_REQUEST`] the sender's request (JSON, at most [`MAX_REQUEST`]
 //! bytes) follows the fixed part: once a group's ranks know each other's sockets,
 //! their requests travel here instead of through the store ([`decode_framed`]).
@@ -47,6 +49,10 @@ pub enum Payload {
     Fabric([u8; 64]),
     /// No handle: only the window-cache words.
     NoHandle,
+    /// No handle and no offer: the sender gave rendezvous `seq` up (it timed out, was
+    /// interrupted, or refused its own arguments), so the group is out of step from
+    /// there on and the receiver must fail that call and every later one.
+    GaveUp,
 }
 
 /// A rank's word on its group's freed windows, for one rendezvous.
@@ -133,6 +139,7 @@ impl Message {
             Payload::Fd => 0,
             Payload::Fabric(_) => 1,
             Payload::NoHandle => 2,
+            Payload::GaveUp => 3,
         };
         buf[8..16].copy_from_slice(&self.group.to_le_bytes());
         buf[16..24].copy_from_slice(&self.seq.to_le_bytes());
@@ -148,7 +155,7 @@ impl Message {
             buf[at..at + 8].copy_from_slice(&seq.to_le_bytes());
         }
         match self.payload {
-            Payload::Fd | Payload::NoHandle => &buf[..FD_LEN],
+            Payload::Fd | Payload::NoHandle | Payload::GaveUp => &buf[..FD_LEN],
             Payload::Fabric(handle) => {
                 buf[FD_LEN..].copy_from_slice(&handle);
                 &buf[..FABRIC_LEN]
@@ -194,6 +201,7 @@ impl Message {
         let payload = match (bytes[6], bytes.len()) {
             (0, FD_LEN) => Payload::Fd,
             (2, FD_LEN) => Payload::NoHandle,
+            (3, FD_LEN) => Payload::GaveUp,
             (1, FABRIC_LEN) => {
                 let mut handle = [0u8; 64];
                 handle.copy_from_slice(&bytes[FD_LEN..]);
@@ -202,6 +210,9 @@ impl Message {
             (kind, _) => return Err(DecodeError::Kind(kind)),
         };
         let offer = decode_offer(bytes, u64_at)?;
+        if payload == Payload::GaveUp && offer != Offer::default() {
+            return Err(DecodeError::Offer);
+        }
         let mut token = [0u8; 16];
         token.copy_from_slice(&bytes[32..48]);
         Ok(Message {
@@ -287,6 +298,10 @@ mod tests {
             sample(Payload::Fd),
             sample(Payload::Fabric([5; 64])),
             sample(Payload::NoHandle),
+            Message {
+                offer: Offer::default(),
+                ..sample(Payload::GaveUp)
+            },
         ] {
             let bytes = m.encode(&mut buf).to_vec();
             assert_eq!(Message::decode(&bytes), Ok(m));
@@ -298,6 +313,13 @@ mod tests {
         let decoded = Message::decode(none.encode(&mut buf)).unwrap();
         assert_eq!(decoded.offer.reuse, None);
         assert!(decoded.offer.freed().is_empty());
+    }
+
+    #[test]
+    fn a_give_up_notice_carries_no_offer() {
+        let mut buf = [0u8; FABRIC_LEN];
+        let bytes = sample(Payload::GaveUp).encode(&mut buf).to_vec();
+        assert_eq!(Message::decode(&bytes), Err(DecodeError::Offer));
     }
 
     #[test]

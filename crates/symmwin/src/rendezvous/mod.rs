@@ -11,6 +11,7 @@
 mod claim;
 mod clock;
 mod direct;
+mod give_up;
 mod import;
 pub mod locality;
 mod map;
@@ -26,9 +27,10 @@ use std::time::Instant;
 
 use crate::allocation::Allocation;
 use crate::error::{Error, Result};
-use crate::group::Group;
+use crate::group::{Group, GroupState};
 use crate::window::Window;
 use clock::Step;
+use give_up::settled_alike;
 use pads::PadAsk;
 use reuse::Own;
 use run::Rendezvous;
@@ -90,14 +92,36 @@ impl Group {
         pad_size: usize,
     ) -> Result<(Window, PhaseTimes)> {
         let mut state = self.lock_state()?;
-        if let Some(message) = self.bad_argument(alloc, pad_size) {
-            // Peers still take part in this rendezvous number (and time out naming
-            // us); skipping it here too keeps the later ones of the group in step.
-            state.next_seq += 1;
-            return Err(Error::invalid(message));
+        if let Some(out_of_step) = &state.out_of_step {
+            return Err(out_of_step.error(self.shared.rank));
         }
+        let result = match self.bad_argument(alloc, pad_size) {
+            Some(message) => {
+                // Peers take part in this rendezvous number: skipping it here puts the
+                // group out of step, which `give_up` tells them.
+                state.next_seq += 1;
+                Err(Error::invalid(message))
+            }
+            None => self.make_window(&mut state, alloc, pad_size),
+        };
+        result.inspect_err(|e| {
+            // Our offer or handle may have gone out: a peer may map this memory.
+            alloc.shared_in_failed_call();
+            if !settled_alike(e) {
+                give_up::give_up(&self.shared, &mut state, e);
+            }
+        })
+    }
+
+    /// The collective steps of [`Group::rendezvous`]: exchange, then claim a pad slot.
+    fn make_window(
+        &self,
+        state: &mut GroupState,
+        alloc: &Allocation,
+        pad_size: usize,
+    ) -> Result<(Window, PhaseTimes)> {
         let ask = PadAsk::of(&self.shared, pad_size);
-        let mut run = Rendezvous::new(&self.shared, &mut state);
+        let mut run = Rendezvous::new(&self.shared, state);
         let exchanged = run.exchange(Own::Alloc(alloc), alloc.size(), &ask)?;
         let pads_started = Instant::now();
         let lease = if pad_size == 0 {

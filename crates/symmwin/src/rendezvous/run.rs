@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::claim;
 use super::clock::{PhaseClock, Step};
+use super::give_up;
 use super::pads::PadAsk;
 use super::publish::{self, Ask};
 use super::request::Request;
@@ -97,9 +98,13 @@ impl<'a> Rendezvous<'a> {
                 self.make_window(&own, ours, seq, keys, requests)
             },
         );
+        // A rank that gives up takes back all it wrote (peers that still need it fail
+        // that call anyway: see `give_up`), so no key outlives a call it gave up. A
+        // disagreement is no giving up: slower peers read our request to refuse alike.
+        let gave_up = result.as_ref().is_err_and(|e| !give_up::settled_alike(e));
         let done = KeysDone {
-            earlier: gathered,
-            own: result.as_ref().is_ok_and(|e| e.cacheable),
+            earlier: gathered || gave_up,
+            own: result.as_ref().is_ok_and(|e| e.cacheable) || gave_up,
         };
         retire::retire_keys(self.shared, &mut self.state.stale_keys, Some(own_key), done);
         result.map_err(|e| claim::explain(self.shared, seq, e))
@@ -171,6 +176,7 @@ impl<'a> Rendezvous<'a> {
         requests: Vec<Request>,
     ) -> Result<Exchanged> {
         let peers = publish::peer_addresses(&requests, &keys)?;
+        self.state.addresses = Some(peers.clone());
         self.clock.lap(Step::Gather);
         let gathered = Gathered {
             seq,

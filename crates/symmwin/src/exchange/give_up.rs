@@ -1,0 +1,172 @@
+//! Giving a rendezvous up, and hearing that a peer did.
+//!
+//! A rank that fails a rendezvous (its deadline passed, it was interrupted, it refused
+//! its own arguments, a step failed) may already have sent its first message for that
+//! call, and a peer that reaches the call later would complete it from that queued
+//! message: the two ranks would then pair different calls from then on. So a rank that
+//! gives call `seq` up tells every peer it knows ([`Payload::GaveUp`]), and a rank that
+//! hears of it fails that call, or the next one if it had already returned, and every
+//! later one (see `docs/design.md`, "All or nothing"). The notice is authenticated like
+//! every other message, so only the peer process itself can give its call up.
+
+use std::io::IoSlice;
+
+use rustix::io::Errno;
+use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrUnix};
+
+use super::auth::check_peer_socket;
+use super::wire::{Message, Offer, Payload, FABRIC_LEN};
+use super::{Endpoint, PeerAddress, Round};
+use crate::error::{Error, ErrorKind, Phase, Result};
+
+/// How long a give-up notice is retried against a peer whose queue is full: the notice
+/// is a courtesy that saves the peer its timeout, so it never holds up our own error.
+const NOTICE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The first give-up notice heard from a peer of this group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GaveUp {
+    /// The rendezvous number the peer gave up.
+    pub seq: u64,
+    /// The peer.
+    pub rank: usize,
+    /// The rank the peer's own error named, if any: usually the cause.
+    pub blames: Option<usize>,
+}
+
+impl GaveUp {
+    /// The error every rendezvous of the group fails with from `self.seq` on, for
+    /// rank `us`; its peer is the rank to blame (the one the giver named, if not us).
+    pub fn error(self, us: usize) -> Error {
+        let (why, culprit) = match self.blames {
+            Some(blamed) if blamed != us => (
+                format!("rank {} gave that call up, naming rank {blamed}", self.rank),
+                blamed,
+            ),
+            _ => (format!("rank {} gave that call up", self.rank), self.rank),
+        };
+        Error::new(
+            Phase::Exchange,
+            ErrorKind::OutOfStep {
+                since: self.seq,
+                rank: self.rank,
+                why,
+            },
+        )
+        .with_peer(culprit)
+    }
+}
+
+impl Endpoint {
+    /// The first give-up notice heard from a peer, if any.
+    pub fn gave_up(&self) -> Option<GaveUp> {
+        self.gave_up
+    }
+
+    /// Rank `sender` (process `pid`, as the kernel reports it) says it gave call `seq`
+    /// up: an error when that is this call or an earlier one; a later one fails when
+    /// we reach it (the peer finished this one first, or it could not be later).
+    pub(super) fn heard_give_up(
+        &mut self,
+        round: &Round<'_>,
+        sender: usize,
+        message: (u64, u64),
+        pid: Option<u32>,
+    ) -> Result<()> {
+        let (seq, blames) = message;
+        let expected = round.peers.get(sender).map(|p| p.pid);
+        if sender == round.rank || expected.is_none() || pid != expected {
+            self.rejected += 1;
+            tracing::warn!(
+                "symmwin rank {}: rejected a give-up notice for rank {sender} from pid {pid:?}",
+                round.rank
+            );
+            return Ok(());
+        }
+        let blames = blames
+            .checked_sub(1)
+            .and_then(|b| usize::try_from(b).ok())
+            .filter(|&b| b < round.peers.len());
+        let heard = GaveUp {
+            seq,
+            rank: sender,
+            blames,
+        };
+        if self.gave_up.is_none_or(|g| seq < g.seq) {
+            self.gave_up = Some(heard);
+        }
+        self.forget_queued();
+        match seq <= round.seq {
+            true => Err(heard.error(round.rank)),
+            false => Ok(()),
+        }
+    }
+
+    /// Close every handle kept for a later rendezvous (the group is out of step, or
+    /// those calls were skipped).
+    pub fn forget_queued(&mut self) {
+        self.early.clear();
+    }
+
+    /// Tell every peer in `peers` but `notice.rank` (ours) that we gave rendezvous
+    /// `notice.seq` of group `group` up, naming the rank our error named. Best effort
+    /// and quick: a peer that is gone, or whose queue stays full, is left to its own
+    /// timeout.
+    pub fn tell_give_up(&mut self, group: u64, notice: GaveUp, peers: &[PeerAddress]) {
+        let rank = notice.rank;
+        for (peer, address) in peers.iter().enumerate() {
+            if peer == rank {
+                continue;
+            }
+            if let Err(e) = self.send_give_up(group, notice, peers.len(), address) {
+                tracing::debug!("symmwin rank {rank}: no give-up notice to rank {peer}: {e}");
+            }
+        }
+        self.forget_queued();
+    }
+
+    fn send_give_up(
+        &mut self,
+        group: u64,
+        notice: GaveUp,
+        world: usize,
+        address: &PeerAddress,
+    ) -> Result<()> {
+        let beyond = |what: &str| Error::invalid(format!("{what} beyond u32"));
+        let message = Message {
+            group,
+            seq: notice.seq,
+            sender: u32::try_from(notice.rank).map_err(|_| beyond("rank"))?,
+            world: u32::try_from(world).map_err(|_| beyond("world"))?,
+            token: address.token.0,
+            physical_size: notice.blames.map_or(0, |b| b as u64 + 1),
+            offer: Offer::default(),
+            payload: Payload::GaveUp,
+        };
+        let mut buf = [0u8; FABRIC_LEN];
+        let bytes = message.encode(&mut buf);
+        check_peer_socket(&address.socket, self.uid)?;
+        let addr = SocketAddrUnix::new(&address.socket)
+            .map_err(|e| Error::os(Phase::Exchange, "socket address", e))?;
+        let deadline = std::time::Instant::now() + NOTICE_PATIENCE;
+        loop {
+            let sent = rustix::net::sendmsg_addr(
+                &self.socket,
+                &addr,
+                &[IoSlice::new(bytes)],
+                &mut SendAncillaryBuffer::default(),
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            );
+            match sent {
+                Ok(_) => {
+                    self.counts.sent += 1;
+                    return Ok(());
+                }
+                Err(Errno::AGAIN) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => return Err(Error::os(Phase::Exchange, "sendmsg", e)),
+            }
+        }
+    }
+}
