@@ -129,3 +129,64 @@ def _timed_rendezvous(t, group=None):
     except RuntimeError as e:
         error = str(e)
     return error, time.monotonic() - start
+
+
+def _rendezvous_error(ctx, group=None):
+    """Rendezvous a fresh 64-float tensor; the error it raised (None when it worked),
+    how long it took, and the tensor and handle (None on error)."""
+    t = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    start = time.monotonic()
+    try:
+        hdl = symm_mem.rendezvous(t, group or dist.group.WORLD)
+        return None, time.monotonic() - start, (t, hdl)
+    except RuntimeError as e:
+        return str(e), time.monotonic() - start, None
+
+
+def out_of_step_after_a_lone_rendezvous(ctx):
+    """Rank 1 makes one rendezvous alone (as when rank 0's op refused its arguments
+    before its implicit rendezvous) and times out; then both make P and Q. Before, rank
+    0's P mapped rank 1's abandoned tensor and every call said ok; now both fail,
+    saying the group is out of step since rank 1's call."""
+    error, _, kept = _rendezvous_error(ctx)
+    assert error is None, error
+    ctx.keep.append(kept)
+    alone = None
+    if ctx.rank == 1:
+        alone, _, _ = _rendezvous_error(ctx)
+    dist.barrier()
+    p_error, _, p = _rendezvous_error(ctx)
+    q_error, q_waited, q = _rendezvous_error(ctx)
+    ctx.keep.extend([p, q])
+    dist.barrier()
+    return {"alone": alone, "p": p_error, "q": q_error, "q_waited": q_waited}
+
+
+def abandoned_window_is_not_handed_out(ctx):
+    """Rank 0 re-allocates a size both ranks freed (the window cache hands it the
+    released window) and rendezvous alone, timing out after its offer went out. Rank 1
+    then writes through that call's window if it can; rank 0's next tensor of that size
+    must be fresh memory that reads zero."""
+    error, _, first = _rendezvous_error(ctx)
+    assert error is None, error
+    del first
+    gc.collect()
+    # A rendezvous every rank makes releases the window both have freed.
+    error, _, other = _rendezvous_error(ctx)
+    assert error is None, error
+    ctx.keep.append(other)
+    dist.barrier()
+    lone_error = None
+    if ctx.rank == 0:
+        lone_error, _, _ = _rendezvous_error(ctx)
+    dist.barrier()
+    late_error = None
+    if ctx.rank == 1:
+        late_error, _, late = _rendezvous_error(ctx)
+        if late is not None:
+            late[1].get_buffer(0, (64,), torch.float32).fill_(7.0)
+            ctx.keep.append(late)
+    dist.barrier()
+    fresh = symm_mem.empty(64, dtype=torch.float32, device=ctx.device)
+    nonzero = int((fresh != 0).sum())
+    return {"lone": lone_error, "late": late_error, "nonzero": nonzero}

@@ -55,3 +55,21 @@ def test_a_killed_store_host_is_named_as_dead():
     assert "has died or exited" in r["error"], r["error"]
     assert "TCPStore at 127.0.0.1:" in r["error"], r["error"]
     assert r["waited"] < 3.5, r["waited"]
+
+
+def test_a_call_one_rank_gave_up_puts_the_group_out_of_step_on_every_rank():
+    results = run_world(2, "out_of_step_after_a_lone_rendezvous", env={"SYMMWIN_TIMEOUT_MS": "1000"}, timeout=60)
+    assert results[1]["alone"] is not None and "timed out" in results[1]["alone"], results[1]
+    for rank, r in enumerate(results):
+        for call in ("p", "q"):
+            assert r[call] is not None, f"rank {rank}'s {call} returned a window after rank 1 gave a call up"
+            assert "out of step since rendezvous" in r[call] and "on rank 1" in r[call], r[call]
+            assert "destroy_process_group" in r[call], r[call]
+        assert r["q_waited"] < 0.5, "a call after the group went out of step fails at once"
+
+
+def test_memory_offered_in_an_abandoned_rendezvous_is_not_handed_out_again():
+    results = run_world(2, "abandoned_window_is_not_handed_out", env={"SYMMWIN_TIMEOUT_MS": "1000"}, timeout=60)
+    assert results[0]["lone"] is not None, results[0]
+    assert results[1]["late"] is not None and "out of step" in results[1]["late"], results[1]
+    assert results[0]["nonzero"] == 0, "rank 0's fresh tensor holds what rank 1 wrote"
