@@ -456,7 +456,7 @@ const CASES: &[Case] = &[
         },
         &[
             "ranks disagree on world: 2 on rank(s) [0]; 3 on rank(s) [1]",
-            "ranks disagree on version: 3 on rank(s) [0]; 99 on rank(s) [1]",
+            "ranks disagree on version: 4 on rank(s) [0]; 99 on rank(s) [1]",
         ],
     ),
     (

@@ -163,6 +163,7 @@ fn sample_request(rank: usize) -> Request {
             boot_id: "b".into(),
             uid: 1000,
             socket_dir: symmwin::testing::DirIdentity { dev: 1, ino: 2 },
+            pid_namespace: 1,
             fabric_domain: None,
         },
         fabric_handle: None,

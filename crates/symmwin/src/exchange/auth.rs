@@ -43,10 +43,18 @@ impl Endpoint {
                 .get(sender)
                 .filter(|_| round.targets.contains(&sender))
                 .ok_or_else(|| format!("sender rank {sender} is not a peer"))?;
-            if raw.pid != Some(expected.pid) {
+            let Some(pid) = raw.pid else {
                 return Err(format!(
-                    "rank {sender} message from pid {:?}, its request names pid {}",
-                    raw.pid, expected.pid
+                    "rank {sender} message from a process outside our pid namespace (the \
+                     kernel reports pid 0), its request names pid {}: ranks in different \
+                     pid namespaces cannot exchange handles",
+                    expected.pid
+                ));
+            };
+            if pid != expected.pid {
+                return Err(format!(
+                    "rank {sender} message from pid {pid}, its request names pid {}",
+                    expected.pid
                 ));
             }
         }

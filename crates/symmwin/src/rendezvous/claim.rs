@@ -100,18 +100,20 @@ pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
 /// A request under `key` written by a process other than this one.
 struct Found {
     pid: u32,
-    /// False only when the pid is on this host and certainly gone.
+    /// False only when the pid is of our kernel and pid namespace and certainly gone.
     alive: bool,
 }
 
 /// The writer of `bytes` (read from `key`), unless it is this process.
 fn other_request(shared: &GroupShared, key: &str, rank: usize, bytes: &[u8]) -> Option<Found> {
     let request = Request::decode(key, rank, bytes).ok()?;
-    let ours = request.pid == std::process::id() && request.host == shared.host;
-    if ours {
+    // A pid names the same process here only on this kernel and in our pid namespace
+    // (containers can share a store and a host name with neither).
+    let same_pids = shared.locality.shares_pids(&request.locality);
+    if same_pids && request.pid == std::process::id() {
         return None;
     }
-    let alive = request.host != shared.host || pid_alive(request.pid);
+    let alive = !same_pids || pid_alive(request.pid);
     Some(Found {
         pid: request.pid,
         alive,

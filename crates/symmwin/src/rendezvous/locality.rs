@@ -6,6 +6,13 @@
 //!   directory (the same directory object, identified by device and inode, which a
 //!   private mount of the socket directory in another mount namespace does not share).
 //!   The hostname decides nothing: containers share or differ in it freely.
+//! - Both must also share a pid namespace (the inode of `/proc/self/ns/pid`): a peer
+//!   proves who it is by the pid the kernel attaches to its datagrams, and the kernel
+//!   reports pid 0 for a sender outside our pid namespace, and a pid of its own
+//!   namespace to a sender's parent namespace, never the pid the sender published.
+//!   Ranks of one kernel in different pid namespaces (one container per rank sharing
+//!   a socket volume) are therefore other hosts: unmapped, reached through the process
+//!   group, and a warning says so once per process.
 //! - Fabric handles are plain bytes: peers in the same NVLink fabric domain (cluster
 //!   UUID and clique id) import them from the store; peers of the same kernel and
 //!   socket directory still get theirs over the socket.
@@ -27,6 +34,17 @@ use crate::provider::HandleType;
 
 /// Where the kernel's boot id lives: random per boot, the same in every namespace.
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This process's pid namespace: the link's target is the namespace's inode.
+const PID_NAMESPACE_PATH: &str = "/proc/self/ns/pid";
+
+/// The inode of this process's pid namespace (equal for two processes exactly when
+/// they share it).
+fn pid_namespace() -> Result<u64> {
+    let meta = std::fs::metadata(PID_NAMESPACE_PATH)
+        .map_err(|e| Error::os(Phase::Exchange, "stat(/proc/self/ns/pid)", e))?;
+    Ok(meta.ino())
+}
 
 /// A directory as the kernel identifies it: equal across mount namespaces exactly when
 /// it is the same directory object (a bind mount keeps it, a private tmpfs does not).
@@ -71,6 +89,9 @@ pub struct Locality {
     pub uid: u32,
     /// Its socket directory.
     pub socket_dir: DirIdentity,
+    /// The inode of its pid namespace: a pid it publishes or sends means the same
+    /// process to a peer only within one pid namespace.
+    pub pid_namespace: u64,
     /// Its device's fabric domain, when the device reports one.
     pub fabric_domain: Option<FabricDomain>,
 }
@@ -91,16 +112,28 @@ impl Locality {
             boot_id,
             uid: rustix::process::getuid().as_raw(),
             socket_dir: DirIdentity::of(socket_dir)?,
+            pid_namespace: pid_namespace()?,
             fabric_domain,
         })
     }
 
-    /// True when fds can pass between the two processes (modulo the socket probe).
+    /// True when fds can pass between the two processes (modulo the socket probe) and
+    /// each can tell, from the pid the kernel attaches, that a datagram is the other's.
     pub(crate) fn shares_kernel_and_sockets(&self, other: &Locality) -> bool {
+        self.shares_all_but_pid_namespace(other) && self.pid_namespace == other.pid_namespace
+    }
+
+    fn shares_all_but_pid_namespace(&self, other: &Locality) -> bool {
         self.host_id == other.host_id
             && self.boot_id == other.boot_id
             && self.uid == other.uid
             && self.socket_dir == other.socket_dir
+    }
+
+    /// True when a pid `other` publishes names the same process here (one kernel, one
+    /// pid namespace), so that whether it is still alive can be asked of this kernel.
+    pub(crate) fn shares_pids(&self, other: &Locality) -> bool {
+        self.boot_id == other.boot_id && self.pid_namespace == other.pid_namespace
     }
 
     /// True when both report the same fabric domain.
@@ -131,8 +164,9 @@ impl Reach {
     }
 }
 
-/// How every rank's memory reaches rank `me`, from what all ranks published. Pure:
-/// every rank computes the same relation, and it is symmetric (a maps b iff b maps a).
+/// How every rank's memory reaches rank `me`, from what all ranks published. Every
+/// rank computes the same relation, and it is symmetric (a maps b iff b maps a); the
+/// only side effect is the warning of [`warn_pid_namespaces_once`].
 pub fn decide(localities: &[&Locality], me: usize, handle_type: HandleType) -> Vec<Reach> {
     let mine = localities[me];
     localities
@@ -140,16 +174,43 @@ pub fn decide(localities: &[&Locality], me: usize, handle_type: HandleType) -> V
         .enumerate()
         .map(|(rank, theirs)| {
             if rank == me {
-                Reach::Own
-            } else if mine.shares_kernel_and_sockets(theirs) {
-                Reach::Socket
-            } else if handle_type == HandleType::Fabric && mine.shares_fabric(theirs) {
+                return Reach::Own;
+            }
+            if mine.shares_kernel_and_sockets(theirs) {
+                return Reach::Socket;
+            }
+            if mine.shares_all_but_pid_namespace(theirs) {
+                warn_pid_namespaces_once(me, rank, mine, theirs);
+            }
+            if handle_type == HandleType::Fabric && mine.shares_fabric(theirs) {
                 Reach::Store
             } else {
                 Reach::Unmapped
             }
         })
         .collect()
+}
+
+/// Say once per process that a peer would be mapped but for its pid namespace: a
+/// one-container-per-rank set-up loses the direct mapping (NVLink on GPUs) between
+/// its ranks without a word otherwise.
+fn warn_pid_namespaces_once(me: usize, peer: usize, mine: &Locality, theirs: &Locality) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!("{}", pid_namespace_warning(me, peer, mine, theirs));
+}
+
+fn pid_namespace_warning(me: usize, peer: usize, mine: &Locality, theirs: &Locality) -> String {
+    format!(
+        "symmwin rank {me}: rank {peer} runs on this kernel with this socket directory but \
+         in another pid namespace (pid:[{}], ours pid:[{}]), so it is treated as another \
+         host: its memory is not mapped here and what reaches it goes through the process \
+         group's backend (this is said once per process; ranks that should map each other \
+         must share a pid namespace, e.g. containers run with --pid=host)",
+        theirs.pid_namespace, mine.pid_namespace
+    )
 }
 
 /// Confirm from here that `peer`'s socket lies in the directory it published: a socket
@@ -163,7 +224,7 @@ pub fn probe_socket(peer: usize, socket: &Path, published: DirIdentity) -> Resul
                 field: "locality",
                 detail: format!(
                     "rank {peer} publishes our kernel and socket directory, but its socket {} {why}",
-                    socket.display()
+                    crate::text::clip(&socket.to_string_lossy())
                 ),
             },
         )
@@ -206,6 +267,7 @@ mod tests {
                 dev: dir.0,
                 ino: dir.1,
             },
+            pid_namespace: 4026531836,
             fabric_domain: fabric.map(|(uuid, clique)| FabricDomain {
                 cluster_uuid: uuid.into(),
                 clique_id: clique,
@@ -342,6 +404,69 @@ mod tests {
         std::fs::write(&not_socket, b"").unwrap();
         assert!(probe_socket(5, &not_socket, id).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn another_pid_namespace_on_one_kernel_is_another_host() {
+        // One container per rank: the kernel and the socket volume are shared, the
+        // pid namespaces are not, so a pid means nothing to the peer.
+        let mut l = vec![at("", "k", (1, 1), None); 4];
+        l[2].pid_namespace += 1;
+        l[3].pid_namespace += 1;
+        let table = mapped(&l, HandleType::PosixFd);
+        assert_eq!(
+            table[0],
+            vec![Reach::Own, Reach::Socket, Reach::Unmapped, Reach::Unmapped]
+        );
+        assert_eq!(
+            table[3],
+            vec![Reach::Unmapped, Reach::Unmapped, Reach::Socket, Reach::Own]
+        );
+        assert_symmetric(&table);
+        assert!(!l[0].shares_pids(&l[2]));
+        assert!(l[0].shares_pids(&l[1]));
+        // Fabric handles are bytes: a pid namespace does not stop them.
+        let d = Some(("ff", 1));
+        let mut f = [at("", "k", (1, 1), d), at("", "k", (1, 1), d)];
+        f[1].pid_namespace += 1;
+        assert_eq!(mapped(&f, HandleType::Fabric)[0][1], Reach::Store);
+        let warning = pid_namespace_warning(0, 2, &l[0], &l[2]);
+        assert!(
+            warning.contains("another pid namespace") && warning.contains("--pid=host"),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn a_huge_peer_socket_path_is_clipped_in_the_probe_error() {
+        let dir = std::env::temp_dir().join(format!("symmwin-probe-long-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        let id = DirIdentity::of(&dir).unwrap();
+        // Not a socket: the refusal quotes the path; 100 MB of it must not come back.
+        let err = probe_socket(1, &plain, id).unwrap_err().to_string();
+        assert!(err.contains("is not a socket"), "{err}");
+        let huge = std::path::PathBuf::from(format!("/{}", "d".repeat(100 << 20)));
+        let err = probe_socket(1, &huge, id).unwrap_err().to_string();
+        assert!(
+            err.contains("is not visible here"),
+            "{}",
+            crate::text::clip(&err)
+        );
+        assert!(err.contains("more bytes"), "{}", crate::text::clip(&err));
+        assert!(err.len() < 2000, "{} bytes", err.len());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn here_reads_the_pid_namespace() {
+        let here = Locality::here(None, &std::env::temp_dir(), None).unwrap();
+        let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        assert_eq!(
+            link.to_string_lossy(),
+            format!("pid:[{}]", here.pid_namespace)
+        );
     }
 
     #[test]

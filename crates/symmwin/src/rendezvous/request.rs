@@ -227,6 +227,7 @@ mod tests {
                 boot_id: "b".into(),
                 uid: 0,
                 socket_dir: super::super::locality::DirIdentity { dev: 1, ino: 2 },
+                pid_namespace: 1,
                 fabric_domain: None,
             },
             fabric_handle: None,
