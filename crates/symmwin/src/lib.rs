@@ -31,6 +31,7 @@
 
 pub mod allocation;
 pub mod config;
+pub mod debug_free;
 mod device_provider;
 pub mod device_timeout;
 pub mod error;

@@ -28,7 +28,8 @@
 //! The cache is bounded (per rank: 8 parked windows per group, 32 and 4 GiB in all;
 //! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
 //! as before, and so is everything parked for a group that is dropped. [`flush`]
-//! frees it all at once.
+//! frees it all at once. `SYMMWIN_DEBUG_FREE=1` turns reuse off, so that a pointer
+//! kept after free faults instead of reaching new memory ([`crate::debug_free`]).
 //! The offers never go through the store, which other users of the machine may be
 //! able to write (a TCP store is open to it): a message is accepted only from the
 //! process that published the sender rank's request, under our uid, carrying our
@@ -126,8 +127,12 @@ fn lock() -> MutexGuard<'static, Cache> {
     CACHE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Keep a window freed on this rank until every rank has freed it.
+/// Keep a window freed on this rank until every rank has freed it (unless reuse is
+/// off: [`crate::debug_free`]).
 pub(crate) fn park(entry: Parked) {
+    if crate::debug_free::enabled() {
+        return drop(entry);
+    }
     with_cache(|cache| {
         let group = entry.window.group.clone();
         cache.parked.push_back(entry);
@@ -197,6 +202,9 @@ pub(crate) fn release(group: &Arc<GroupShared>, seqs: &[u64]) {
 /// Put back a released window an allocation took but never used in a rendezvous (its
 /// user may have written into it: it is zeroed again first).
 pub(crate) fn restore(entry: Parked) {
+    if crate::debug_free::enabled() {
+        return drop(entry);
+    }
     zero_then_release(vec![entry]);
 }
 

@@ -272,10 +272,34 @@ impl Span for HostSpan {
 
 impl Drop for HostSpan {
     fn drop(&mut self) {
+        if crate::debug_free::enabled() {
+            return self.quarantine();
+        }
         // SAFETY: base/len is the reservation made in `reserve`; munmap of the whole
         // range removes the PROT_NONE pages and every MAP_FIXED region inside it.
         if let Err(e) = unsafe { rustix::mm::munmap(self.base as *mut _, self.len) } {
             tracing::error!("munmap of host span failed: {e}");
+        }
+    }
+}
+
+impl HostSpan {
+    /// Release the pages but keep the range reserved with no access, for good, so that
+    /// any later access through a stale pointer faults ([`crate::debug_free`]).
+    fn quarantine(&mut self) {
+        // SAFETY: base/len is our reservation; a fixed PROT_NONE anonymous mapping over
+        // it replaces (and so unmaps) every region mapped inside, and nothing else of
+        // this process lives there.
+        let replaced = unsafe {
+            rustix::mm::mmap_anonymous(
+                self.base as *mut _,
+                self.len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED,
+            )
+        };
+        if let Err(e) = replaced {
+            tracing::error!("quarantining a freed host span failed: {e}");
         }
     }
 }
