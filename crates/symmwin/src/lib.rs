@@ -42,6 +42,7 @@ pub mod layout;
 mod limits;
 pub mod logging;
 pub mod ops;
+pub mod peer_watch;
 mod private_dir;
 pub mod probe;
 mod protocol;

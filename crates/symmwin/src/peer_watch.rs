@@ -1,0 +1,289 @@
+//! One watcher per process for the lives of local peers: a thread blocked in `poll` on
+//! a pidfd per watched process, which marks a process that ends so that every wait for
+//! it (host or device) can fail within a second, naming it, instead of waiting out its
+//! timeout.
+//!
+//! Only peers proven to share this kernel and pid namespace are watched (the locality
+//! check of a rendezvous; a pid from another namespace may name an unrelated process
+//! here). Groups register the pids of their peers and drop the registration with the
+//! group; a pid watched by many groups is one entry, so 1,000 groups cost no more than
+//! one. Where the kernel has no `pidfd_open` (before Linux 5.3) the thread checks the
+//! watched pids every 100 ms instead (and then a pid reused within that time goes
+//! unnoticed). Exit status is knowable only to a parent: a watched child is reported
+//! with its status or signal, any other process as "exited".
+//!
+//! A wait checks its own condition first and the mark only after it, so a peer that
+//! did its part and then exited does not fail a wait it already satisfied; a peer that
+//! is alive but slow gets the whole timeout.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions};
+
+/// How often the thread checks pids it has no pidfd for.
+const FALLBACK_PERIOD: Duration = Duration::from_millis(100);
+
+/// How a watched process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerExit {
+    /// The process.
+    pub pid: u32,
+    /// "exited", or, for a child of this process, its status or signal.
+    pub how: String,
+}
+
+struct Entry {
+    /// `None` where the kernel has no pidfds: checked by `kill(pid, 0)` instead.
+    pidfd: Option<Arc<OwnedFd>>,
+    watchers: usize,
+    exit: Option<PeerExit>,
+}
+
+struct Watcher {
+    entries: Mutex<HashMap<u32, Entry>>,
+    /// Written to wake the thread when the set of watched pids changes.
+    wake: OwnedFd,
+}
+
+fn watcher() -> Option<&'static Watcher> {
+    static WATCHER: OnceLock<Option<Watcher>> = OnceLock::new();
+    WATCHER
+        .get_or_init(|| {
+            let flags =
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK;
+            let wake = rustix::event::eventfd(0, flags)
+                .inspect_err(|e| tracing::warn!("symmwin: no peer watcher (eventfd: {e})"))
+                .ok()?;
+            std::thread::Builder::new()
+                .name("symmwin-peer-watch".into())
+                .spawn(run)
+                .inspect_err(|e| tracing::warn!("symmwin: no peer watcher thread: {e}"))
+                .ok()?;
+            Some(Watcher {
+                entries: Mutex::new(HashMap::new()),
+                wake,
+            })
+        })
+        .as_ref()
+}
+
+fn entries(w: &Watcher) -> MutexGuard<'_, HashMap<u32, Entry>> {
+    w.entries.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn wake(w: &Watcher) {
+    let _ = rustix::io::write(&w.wake, &1u64.to_ne_bytes());
+}
+
+/// Pids watched for as long as this lives (a group's local peers).
+#[derive(Debug, Default)]
+pub struct Watched {
+    pids: Vec<u32>,
+}
+
+/// Watch `pids` (this process's own pid is skipped: ranks that are threads of one
+/// process share it).
+pub fn watch(pids: impl IntoIterator<Item = u32>) -> Watched {
+    let ours = std::process::id();
+    let pids: Vec<u32> = pids.into_iter().filter(|&p| p != ours && p != 0).collect();
+    let Some(w) = watcher() else {
+        return Watched::default();
+    };
+    let mut map = entries(w);
+    for &pid in &pids {
+        map.entry(pid).or_insert_with(|| open(pid)).watchers += 1;
+    }
+    drop(map);
+    wake(w);
+    Watched { pids }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let Some(w) = watcher() else { return };
+        let mut map = entries(w);
+        for pid in &self.pids {
+            if let Some(entry) = map.get_mut(pid) {
+                entry.watchers -= 1;
+                if entry.watchers == 0 {
+                    map.remove(pid);
+                }
+            }
+        }
+        drop(map);
+        wake(w);
+    }
+}
+
+/// How `pid` ended, if it is watched and has ended.
+pub fn exit_of(pid: u32) -> Option<PeerExit> {
+    let w = watcher()?;
+    entries(w).get(&pid).and_then(|e| e.exit.clone())
+}
+
+/// A new entry for `pid`: its pidfd, or already ended when it is gone.
+fn open(pid: u32) -> Entry {
+    let raw = i32::try_from(pid).ok().and_then(Pid::from_raw);
+    let mut entry = Entry {
+        pidfd: None,
+        watchers: 0,
+        exit: None,
+    };
+    match raw.map(|p| rustix::process::pidfd_open(p, PidfdFlags::empty())) {
+        Some(Ok(fd)) => entry.pidfd = Some(Arc::new(fd)),
+        Some(Err(rustix::io::Errno::SRCH)) | None => entry.exit = Some(ended(pid, None)),
+        Some(Err(_)) => {} // no pidfds here: the fallback check
+    }
+    entry
+}
+
+/// How `pid` ended: its status when it is our child (read without reaping it).
+fn ended(pid: u32, pidfd: Option<&OwnedFd>) -> PeerExit {
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    let status = pidfd.and_then(|fd| {
+        rustix::process::waitid(WaitId::PidFd(fd.as_fd()), options)
+            .ok()
+            .flatten()
+    });
+    let how = match status {
+        Some(s) => match (s.exit_status(), s.terminating_signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (_, Some(signal)) => format!("was killed by signal {signal}{}", signal_name(signal)),
+            _ => "exited".to_owned(),
+        },
+        None => "exited".to_owned(),
+    };
+    PeerExit { pid, how }
+}
+
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        _ => return String::new(),
+    };
+    format!(" ({name})")
+}
+
+/// The watcher thread: wait for any watched process to end, or for the set to change.
+fn run() {
+    // Blocks until the initialisation that spawned this thread has finished.
+    let Some(w) = watcher() else { return };
+    loop {
+        let (live, fallback): (Vec<(u32, Arc<OwnedFd>)>, Vec<u32>) = {
+            let map = entries(w);
+            let open = map.iter().filter(|(_, e)| e.exit.is_none());
+            let live = open
+                .clone()
+                .filter_map(|(&pid, e)| e.pidfd.clone().map(|fd| (pid, fd)))
+                .collect();
+            let fallback = open
+                .filter(|(_, e)| e.pidfd.is_none())
+                .map(|(&p, _)| p)
+                .collect();
+            (live, fallback)
+        };
+        let mut fds: Vec<PollFd<'_>> = live
+            .iter()
+            .map(|(_, fd)| PollFd::new(fd.as_ref(), PollFlags::IN))
+            .collect();
+        fds.push(PollFd::new(&w.wake, PollFlags::IN));
+        let period = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: FALLBACK_PERIOD.as_nanos() as i64,
+        };
+        let timeout = (!fallback.is_empty()).then_some(&period);
+        if rustix::event::poll(&mut fds, timeout).is_err() {
+            continue; // EINTR
+        }
+        let ended_now: Vec<(u32, PeerExit)> = live
+            .iter()
+            .zip(&fds)
+            .filter(|(_, p)| !p.revents().is_empty())
+            .map(|((pid, fd), _)| (*pid, ended(*pid, Some(fd))))
+            .chain(
+                fallback
+                    .into_iter()
+                    .filter(|&p| gone(p))
+                    .map(|p| (p, ended(p, None))),
+            )
+            .collect();
+        let mut counter = [0u8; 8];
+        let _ = rustix::io::read(&w.wake, &mut counter);
+        let mut map = entries(w);
+        for (pid, exit) in ended_now {
+            if let Some(entry) = map.get_mut(&pid) {
+                entry.exit.get_or_insert(exit);
+            }
+        }
+    }
+}
+
+/// Whether `pid` is gone (the check where there is no pidfd).
+fn gone(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return true;
+    };
+    matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_child_that_exits_is_marked_with_its_status_and_a_live_one_is_not() {
+        let mut quick = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        let mut slow = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let watched = watch([quick.id(), slow.id()]);
+        assert!(until(Duration::from_secs(1), || exit_of(quick.id()).is_some()));
+        let exit = exit_of(quick.id()).unwrap();
+        assert_eq!(exit.how, "exited with status 3");
+        assert_eq!(exit_of(slow.id()), None, "a live process is not marked");
+        slow.kill().unwrap();
+        assert!(until(Duration::from_secs(1), || exit_of(slow.id()).is_some()));
+        assert_eq!(
+            exit_of(slow.id()).unwrap().how,
+            "was killed by signal 9 (SIGKILL)"
+        );
+        drop(watched);
+        assert_eq!(exit_of(quick.id()), None, "no mark outlives its watchers");
+        quick.wait().unwrap();
+        slow.wait().unwrap();
+    }
+
+    #[test]
+    fn our_own_pid_and_pid_zero_are_never_watched() {
+        let watched = watch([std::process::id(), 0]);
+        assert!(watched.pids.is_empty());
+    }
+}
