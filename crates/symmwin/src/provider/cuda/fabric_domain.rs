@@ -359,8 +359,7 @@ fn describe(lib: &Library, code: c_uint) -> NvmlStatus {
 /// The PCI address of CUDA device `ordinal`, from the driver's attributes.
 fn device_pci_address(ordinal: i32) -> crate::Result<String> {
     let device = super::probe::device(ordinal)?;
-    // SAFETY: `device` comes from cuDeviceGet on a loaded driver.
-    let attr = |a| unsafe { driver::device_attribute(device, a) }.phase(Phase::Probe);
+    let attr = |a| driver::device_attribute(device, a).phase(Phase::Probe);
     Ok(pci_address(
         attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
         attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,

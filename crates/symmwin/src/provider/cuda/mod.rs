@@ -68,13 +68,10 @@ impl CudaProvider {
     pub fn new(device: i32, pref: HandlePreference) -> Result<Self> {
         timeout_record::check_context()?;
         let ctx = Arc::new(PrimaryContext::retain(device)?);
-        // SAFETY: `ctx.cu_device` comes from cuDeviceGet on an initialised driver.
-        let vmm = unsafe {
-            driver::device_attribute(
-                ctx.cu_device,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-            )
-        }
+        let vmm = driver::device_attribute(
+            ctx.cu_device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        )
         .phase(Phase::Probe)?;
         if vmm == 0 {
             return Err(Error::new(
@@ -86,13 +83,10 @@ impl CudaProvider {
         }
         let handle_type = probe::choose_handle_type(&ctx, pref)?;
         let prop = driver::device_prop(device, probe::cu_handle_type(handle_type));
-        // SAFETY: `prop` describes this device.
-        let granularity = unsafe {
-            driver::allocation_granularity(
-                &prop,
-                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-            )
-        }
+        let granularity = driver::allocation_granularity(
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        )
         .phase(Phase::Probe)?;
         let stream = Arc::new(PrivateStream::new(&ctx)?);
         tracing::debug!("CUDA device {device}: {handle_type} handles, granularity {granularity}");
@@ -587,8 +581,7 @@ mod tests {
 
     fn sync(provider: &CudaProvider) {
         let _guard = provider.ctx.enter().unwrap();
-        // SAFETY: our context is current.
-        unsafe { driver::ctx_synchronize() }.unwrap();
+        driver::ctx_synchronize().unwrap();
     }
 
     #[test]
