@@ -24,6 +24,7 @@ mod context;
 mod driver;
 mod fabric_domain;
 mod map_batch;
+mod nvml;
 mod ops;
 mod pinned;
 mod probe;
@@ -37,7 +38,8 @@ use context::PrimaryContext;
 use driver::PhaseExt;
 use fabric_domain::CachedFabricDomain;
 
-pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain, NvmlStatus};
+pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain};
+pub use nvml::NvmlStatus;
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
