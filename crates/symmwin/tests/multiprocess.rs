@@ -44,6 +44,7 @@ fn visible(rank: usize, world: usize) -> String {
     }
     window.barrier(SignalOptions::default()).unwrap();
     // Read through the allocation's own mapping: the window aliases the same memory.
+    // SAFETY: (test) the allocation maps `chunk * world` bytes while `alloc` lives.
     let own = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, chunk * world) };
     let wrong = (0..world)
         .filter(|&src| {
@@ -270,6 +271,7 @@ fn signals(rank: usize, world: usize) -> String {
     window.barrier(SignalOptions::default()).unwrap();
     // Pads are zero at rest once every signal has been consumed.
     let pads = window.pad_ptrs();
+    // SAFETY: (test) this rank's pad is mapped for pad_size bytes while `window` lives.
     let own =
         unsafe { std::slice::from_raw_parts(pads[rank] as *const u32, window.pad_size() / 4) };
     let nonzero = own.iter().filter(|&&w| w != 0).count();
