@@ -18,26 +18,36 @@ WORLDS = [2, 4]
 DTYPES = ["float32", "bfloat16"]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("world", WORLDS)
-def test_ops_on_symmwin(world, dtype):
-    results = run_world(world, "gpu_ops", device="cuda", args={"dtype": dtype}, timeout=300)
-    failures = {
+def _failed_checks(results):
+    return {
         f"rank {rank} {op}": outcome
         for rank, r in enumerate(results)
         for op, outcome in r["checks"].items()
         if outcome != "ok"
     }
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("world", WORLDS)
+def test_ops_on_symmwin(world, dtype):
+    results = run_world(world, "gpu_ops", device="cuda", args={"dtype": dtype}, timeout=300)
+    failures = _failed_checks(results)
     assert not failures, failures
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ops_match_torch_cuda_backend(dtype):
     ours = run_world(2, "gpu_ops", device="cuda", args={"dtype": dtype}, timeout=300)
+    # symmwin's own analytic checks hold whether or not the reference can run.
+    assert not _failed_checks(ours), _failed_checks(ours)
+    # torch 2.11's knob: its CUDA backend refuses two ranks on one GPU without it.
+    overlap = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
     try:
-        ref = run_world(2, "gpu_ops", device="cuda", args={"dtype": dtype, "torch_backend": True}, timeout=300)
+        ref = run_world(
+            2, "gpu_ops", device="cuda", args={"dtype": dtype, "torch_backend": True}, env=overlap, timeout=300
+        )
     except WorldFailed as e:
-        pytest.skip(f"torch's own CUDA backend does not run here:\n{e}")
+        pytest.skip(f"symmwin's checks passed; torch's own CUDA backend does not run here:\n{e}")
     for rank in range(2):
         for op, value in ref[rank]["sums"].items():
             assert ours[rank]["sums"][op] == pytest.approx(value, rel=1e-3, abs=1e-2), (rank, op)

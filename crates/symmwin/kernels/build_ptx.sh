@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the committed PTX of every kernel file (kernels/<name>.cu ->
-# kernels/<name>.ptx). Run it on a machine with nvcc (CUDA 13.0) and commit the result:
-# the crate embeds the PTX, so installing symmwin needs no CUDA toolkit.
+# kernels/<name>.ptx). Run it with nvcc 13.0.88 (NVCC=path; the pinned PyPI wheels that
+# scripts/check_ptx.sh installs give exactly this compiler) and commit the result: the
+# crate embeds the PTX, so installing symmwin needs no CUDA toolkit. check_ptx.sh fails CI
+# when the committed PTX is not what the sources compile to. Kernel sources use named
+# namespaces, never anonymous ones: nvcc mangles those with a hash of the file's path.
 #
 # Kernel files include shared device headers from this directory (wait.cuh: timed waits
 # that report and trap); each .cu is compiled on its own into one self-contained module.

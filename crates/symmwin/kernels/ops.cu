@@ -35,7 +35,7 @@
 #include "ops_params.cuh"  // includes wait.cuh
 #include "pads.cuh"
 
-namespace {
+namespace symmwin_ops {
 
 constexpr uint32_t kErrorFlag = 1u << 31;
 constexpr uint32_t kThreads = SYMMWIN_OPS_THREADS;
@@ -244,7 +244,11 @@ __device__ __forceinline__ int64_t load_i64(const char* p) {
   return *reinterpret_cast<const volatile int64_t*>(p);
 }
 
-}  // namespace
+}  // namespace symmwin_ops
+
+// A named namespace, not an anonymous one: nvcc mangles anonymous-namespace names with
+// a hash of the source path, so the committed PTX would differ between checkouts.
+using namespace symmwin_ops;
 
 // =================================================================================
 // all_to_all (equal splits), SM engine: push with fused signals.
@@ -294,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 //               explicit input offsets; out_splits_offsets[2][world * ne], rank-major
 //               (source, expert), no alignment.
 
-namespace {
+namespace symmwin_ops {
 
 // Received-split index in out_splits_offsets of (source s, segment e).
 __device__ __forceinline__ uint32_t recv_index(const OpsParams& p, uint32_t s, uint32_t e) {
@@ -361,7 +365,7 @@ __device__ void check_own_splits(const OpsParams& p) {
   }
 }
 
-}  // namespace
+}  // namespace symmwin_ops
 
 // One block. Handshake with every peer (each tells the others its input and split
 // table are final), gather the splits sent to this rank, write out_splits_offsets,
@@ -424,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-namespace {
+namespace symmwin_ops {
 
 __shared__ int64_t seg_src[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t seg_dst[SYMMWIN_OPS_MAX_EXPERTS];
@@ -478,7 +482,7 @@ __device__ void load_segments(const OpsParams& p, uint32_t s) {
   __syncthreads();
 }
 
-}  // namespace
+}  // namespace symmwin_ops
 
 // Grid: world * blocks_per_peer. Block b pulls share b % bpp of what source
 // (rank + 1 + b / bpp) % world sends this rank, then tells the source it is done
@@ -615,7 +619,7 @@ extern "C" __global__ void symmwin_ops_handshake(const OpsParams p) {
 // its tile is final and waits until the root is done reading it.
 // Grid: blocks_per_peer. Channels: [channel, +bpp) ready, [channel + bpp, +bpp) done.
 
-namespace {
+namespace symmwin_ops {
 
 __device__ __forceinline__ bool is_root(const OpsParams& p, uint32_t r) {
   return (p.roots[r / 64] >> (r % 64)) & 1ull;
@@ -692,7 +696,7 @@ __device__ void reduce_rows(const OpsParams& p, uint32_t part, uint32_t parts) {
   }
 }
 
-}  // namespace
+}  // namespace symmwin_ops
 
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_tile_reduce(const OpsParams p) {

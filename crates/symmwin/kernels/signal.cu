@@ -25,14 +25,18 @@
 #include "signal_params.cuh"
 #include "wait.cuh"
 
-namespace {
+namespace symmwin_signal {
 
 __device__ __forceinline__ uint32_t* pad_slot(const SignalParams& p, uint32_t owner,
                                                uint32_t channel, uint32_t src) {
   return symmwin::pad_word(p.pad_base, p.pad_stride, owner, p.world, channel, src);
 }
 
-}  // namespace
+}  // namespace symmwin_signal
+
+// A named namespace, not an anonymous one: nvcc mangles anonymous-namespace names with
+// a hash of the source path, so the committed PTX would differ between checkouts.
+using namespace symmwin_signal;
 
 // One block; thread t < world (t != rank) signals peer t, then waits for peer t.
 // A peer that does not answer in time is collected in `late`; the last thread to finish

@@ -28,6 +28,8 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod allocation;
 pub mod config;

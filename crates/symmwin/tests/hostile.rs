@@ -61,12 +61,12 @@ fn in_process_groups(
 }
 
 fn write_u64(ptr: usize, value: u64) {
-    // SAFETY (test): `ptr` is the start of a live allocation of at least 8 bytes.
+    // SAFETY: (test) `ptr` is the start of a live allocation of at least 8 bytes.
     unsafe { (ptr as *mut u64).write_volatile(value) }
 }
 
 fn read_u64(ptr: usize) -> u64 {
-    // SAFETY (test): `ptr` is inside a mapped window slot of at least 8 bytes.
+    // SAFETY: (test) `ptr` is inside a mapped window slot of at least 8 bytes.
     unsafe { (ptr as *const u64).read_volatile() }
 }
 
@@ -398,7 +398,7 @@ fn map_limit() -> String {
         } else {
             rustix::mm::ProtFlags::empty()
         };
-        // SAFETY (test): a fresh anonymous mapping at an address the kernel picks.
+        // SAFETY: (test) a fresh anonymous mapping at an address the kernel picks.
         match unsafe {
             rustix::mm::mmap_anonymous(
                 std::ptr::null_mut(),
@@ -413,7 +413,7 @@ fn map_limit() -> String {
     }
     let free: usize = std::env::var("FREE_MAPPINGS").unwrap().parse().unwrap();
     for p in filler.drain(filler.len() - free..) {
-        // SAFETY (test): unmapping a page this test mapped.
+        // SAFETY: (test) unmapping a page this test mapped.
         unsafe { rustix::mm::munmap(p as *mut _, page).unwrap() };
     }
     let errors: Vec<String> = rendezvous_all(&allocs)

@@ -97,7 +97,7 @@ fn vdev(rank: usize, world: usize) -> String {
         }
     }
     let pad = w.pad_ptrs()[rank];
-    // SAFETY (test): this rank's pad is mapped for pad_size bytes while `w` lives.
+    // SAFETY: (test) this rank's pad is mapped for pad_size bytes while `w` lives.
     let words = unsafe { std::slice::from_raw_parts(pad as *const u32, w.pad_size() / 4) };
     format!("nonzero={}", words.iter().filter(|&&x| x != 0).count())
 }

@@ -102,12 +102,15 @@ fn no_driver() {
     }
 }
 
+/// The message only a GPU whose driver refuses fabric handles produces (no IMEX
+/// channel, or no fabric manager): there `cuMemCreate` answers NOT_PERMITTED.
 #[test]
+#[ignore = "needs a CUDA GPU that refuses fabric handles (no IMEX channel)"]
 fn fabric_not_permitted() {
     match CudaProvider::new(0, HandlePreference::Fabric) {
         Err(e) if e.to_string().contains("NOT_PERMITTED") => assert_quoted(&e.to_string()),
-        Err(e) => eprintln!("skipped: not the fabric-less GPU machine ({e})"),
-        Ok(_) => eprintln!("skipped: fabric handles work here"),
+        Err(e) => panic!("needs a GPU whose driver refuses fabric handles, got: {e}"),
+        Ok(_) => panic!("needs a GPU whose driver refuses fabric handles; they work here"),
     }
 }
 

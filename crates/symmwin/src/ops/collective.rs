@@ -387,8 +387,8 @@ pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) 
         Ok((word, peer_arg(peer, w.world(), "peer")?))
     };
     let (word, peer) = check().map_err(|e: Error| w.context(e))?;
-    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
     let timeout = w.timeout(opts.timeout);
+    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
     unsafe {
         wait_for_signal_at(
             w.provider(),

@@ -168,21 +168,25 @@ fn signal_word(sig: &SymmBuf, rank: usize) -> Result<&AtomicU64> {
 
 impl DeviceOps for HostOps {
     unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
-        // SAFETY (every arm): a propagation of the caller's assertion.
         match *op {
             OpRequest::AllToAll { input, out, chunk } => {
+                // SAFETY: a propagation of the caller's assertion.
                 self.collective(ctx, || unsafe { all_to_all(ctx, input, out, chunk) })
             }
             OpRequest::AllToAllV { shape, args } => {
                 self.collective(ctx, || run_plan(shape, ctx, args))
             }
             OpRequest::Broadcast { buf, len, root } => {
+                // SAFETY: a propagation of the caller's assertion.
                 self.collective(ctx, || unsafe { broadcast(ctx, buf, len, root) })
             }
+            // SAFETY: a propagation of the caller's assertion.
             OpRequest::Put(t) => unsafe { copy_between(ctx, t.buf, t.len, ctx.rank, t.peer) },
+            // SAFETY: a propagation of the caller's assertion.
             OpRequest::Get(t) => unsafe { copy_between(ctx, t.buf, t.len, t.peer, ctx.rank) },
             OpRequest::PutWithSignal { put, sig, value } => {
                 let word = signal_word(sig, put.peer).map_err(|e| e.with_peer(put.peer))?;
+                // SAFETY: a propagation of the caller's assertion.
                 unsafe { copy_between(ctx, put.buf, put.len, ctx.rank, put.peer)? };
                 // Release: the data is visible to whoever acquires the signal.
                 word.store(value, Ordering::Release);
@@ -195,6 +199,8 @@ impl DeviceOps for HostOps {
                 peer,
             } => {
                 let to = dst.range(peer, 0, len).map_err(|e| e.with_peer(peer))?;
+                // SAFETY: `to` is a checked range of the live window; `src` is the
+                // caller's assertion.
                 unsafe { copy(to, src, len) };
                 self.signals.signal(
                     &ctx.pads,

@@ -56,8 +56,8 @@ impl PrimaryContext {
     /// Waits for the device from a destructor, before freeing what a kernel still
     /// running would write into or run from (bounded by the kernels' timeout).
     pub(super) fn synchronize_in_drop(&self, what: &str) {
-        // SAFETY: `release_in_drop` makes our context current for the call.
-        let sync = || unsafe { driver::ctx_synchronize() };
+        // `release_in_drop` makes our context current for the call.
+        let sync = driver::ctx_synchronize;
         self.release_in_drop(tracing::Level::DEBUG, what, sync);
     }
 

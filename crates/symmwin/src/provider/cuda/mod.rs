@@ -24,6 +24,7 @@ mod context;
 mod driver;
 mod fabric_domain;
 mod map_batch;
+mod nvml;
 mod ops;
 mod pinned;
 mod probe;
@@ -37,7 +38,8 @@ use context::PrimaryContext;
 use driver::PhaseExt;
 use fabric_domain::CachedFabricDomain;
 
-pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain, NvmlStatus};
+pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain};
+pub use nvml::NvmlStatus;
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
@@ -68,13 +70,10 @@ impl CudaProvider {
     pub fn new(device: i32, pref: HandlePreference) -> Result<Self> {
         timeout_record::check_context()?;
         let ctx = Arc::new(PrimaryContext::retain(device)?);
-        // SAFETY: `ctx.cu_device` comes from cuDeviceGet on an initialised driver.
-        let vmm = unsafe {
-            driver::device_attribute(
-                ctx.cu_device,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-            )
-        }
+        let vmm = driver::device_attribute(
+            ctx.cu_device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        )
         .phase(Phase::Probe)?;
         if vmm == 0 {
             return Err(Error::new(
@@ -86,13 +85,10 @@ impl CudaProvider {
         }
         let handle_type = probe::choose_handle_type(&ctx, pref)?;
         let prop = driver::device_prop(device, probe::cu_handle_type(handle_type));
-        // SAFETY: `prop` describes this device.
-        let granularity = unsafe {
-            driver::allocation_granularity(
-                &prop,
-                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-            )
-        }
+        let granularity = driver::allocation_granularity(
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        )
         .phase(Phase::Probe)?;
         let stream = Arc::new(PrivateStream::new(&ctx)?);
         tracing::debug!("CUDA device {device}: {handle_type} handles, granularity {granularity}");
@@ -512,47 +508,55 @@ mod tests {
     use super::*;
     use crate::provider::{PadLayout, PadSignal, SignalAt};
 
-    fn libcuda_present() -> bool {
-        // SAFETY: only dlopens and closes libcuda.
-        unsafe { sys::is_culib_present() }
-    }
-
-    /// Device 0's provider, or None on a machine without a usable GPU. The guard
-    /// serialises GPU tests: one of them plays two ranks in one process, and a
-    /// synchronising driver call from another test (cuMemFree waits for the whole
-    /// device) between its two halves of a barrier would stall the first half until it
-    /// times out.
-    fn gpu() -> Option<(std::sync::MutexGuard<'static, ()>, CudaProvider)> {
+    /// Device 0's provider, for the tests ignored without a GPU. The guard serialises
+    /// GPU tests: one of them plays two ranks in one process, and a synchronising
+    /// driver call from another test (cuMemFree waits for the whole device) between its
+    /// two halves of a barrier would stall the first half until it times out.
+    fn gpu() -> (std::sync::MutexGuard<'static, ()>, CudaProvider) {
         static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
-        match device_count() {
-            Ok(n) if n > 0 => Some((guard, CudaProvider::new(0, HandlePreference::Auto).unwrap())),
-            _ => None,
-        }
+        let provider = CudaProvider::new(0, HandlePreference::Auto).unwrap_or_else(|e| {
+            panic!("this test needs a CUDA GPU (run it with --ignored on one): {e}")
+        });
+        (guard, provider)
     }
 
+    /// Without a driver every entry point says so; with one, a device that does not
+    /// exist is an invalid argument. Neither panics.
     #[test]
     fn missing_driver_is_an_error_not_a_panic() {
-        if libcuda_present() {
-            return;
-        }
+        let count = match device_count() {
+            Ok(count) => count,
+            Err(err) => {
+                for err in [
+                    err,
+                    CudaProvider::new(0, HandlePreference::Auto)
+                        .map(drop)
+                        .unwrap_err(),
+                    probe_device(0).map(drop).unwrap_err(),
+                    peer_access(0, 1).map(drop).unwrap_err(),
+                ] {
+                    assert!(matches!(err.kind(), ErrorKind::NoDriver(_)), "{err}");
+                }
+                return;
+            }
+        };
         for err in [
-            CudaProvider::new(0, HandlePreference::Auto)
+            CudaProvider::new(count, HandlePreference::Auto)
                 .map(drop)
                 .unwrap_err(),
-            device_count().map(drop).unwrap_err(),
-            probe_device(0).map(drop).unwrap_err(),
-            peer_access(0, 1).map(drop).unwrap_err(),
+            probe_device(count).map(drop).unwrap_err(),
+            probe_device(-1).map(drop).unwrap_err(),
+            peer_access(0, count).map(drop).unwrap_err(),
         ] {
-            assert!(matches!(err.kind(), ErrorKind::NoDriver(_)), "{err}");
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
         }
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn span_coverage() {
-        let Some((_gpu, provider)) = gpu() else {
-            return;
-        };
+        let (_gpu, provider) = gpu();
         let g = provider.granularity;
         let mut span = CudaSpan {
             stream: Arc::clone(&provider.stream),
@@ -587,13 +591,13 @@ mod tests {
 
     fn sync(provider: &CudaProvider) {
         let _guard = provider.ctx.enter().unwrap();
-        // SAFETY: our context is current.
-        unsafe { driver::ctx_synchronize() }.unwrap();
+        driver::ctx_synchronize().unwrap();
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn probe_reports_a_device() {
-        let Some(_gpu) = gpu() else { return };
+        let _gpu = gpu();
         let report = probe_device(0).unwrap();
         assert!(report.vmm_supported && report.posix_fd.works, "{report:?}");
         assert!(report.granularity_min > 0);
@@ -605,8 +609,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn forced_handle_types() {
-        let Some(_gpu) = gpu() else { return };
+        let _gpu = gpu();
         let fd = CudaProvider::new(0, HandlePreference::Fd).unwrap();
         assert_eq!(fd.info().handle_type, HandleType::PosixFd);
         match CudaProvider::new(0, HandlePreference::Fabric) {
@@ -619,10 +624,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn create_export_import_map_zero_upload() {
-        let Some((_gpu, provider)) = gpu() else {
-            return;
-        };
+        let (_gpu, provider) = gpu();
         let info = provider.info();
         let g = info.granularity;
         println!("{info:?}");
@@ -659,10 +663,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn signals_on_device() {
-        let Some((_gpu, provider)) = gpu() else {
-            return;
-        };
+        let (_gpu, provider) = gpu();
         let ranks = super::timeout_tests::TwoRanks::on(provider);
         let (provider, g) = (&ranks.provider, ranks.pad);
         let pads = |rank| ranks.pads(rank);

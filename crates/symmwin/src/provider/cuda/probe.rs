@@ -71,8 +71,7 @@ impl HandleSupport {
 /// Number of CUDA devices visible to this process.
 pub fn device_count() -> Result<i32> {
     driver::ensure_loaded()?;
-    // SAFETY: the driver is loaded and initialised.
-    unsafe { driver::device_count() }.phase(Phase::Probe)
+    driver::device_count().phase(Phase::Probe)
 }
 
 /// Whether device `a` can map memory of device `b` (always true for `a == b`).
@@ -82,22 +81,17 @@ pub fn peer_access(a: i32, b: i32) -> Result<bool> {
     if a == b {
         return Ok(true);
     }
-    // SAFETY: both devices come from cuDeviceGet.
-    unsafe { driver::device_can_access_peer(da, db) }.phase(Phase::Probe)
+    driver::device_can_access_peer(da, db).phase(Phase::Probe)
 }
 
 /// Everything `symmwin probe` shows about `ordinal`. Retains (and so initialises) the
 /// device's primary context for the duration of the handle-type probes.
 pub fn probe_device(ordinal: i32) -> Result<DeviceReport> {
     let dev = device(ordinal)?;
-    // SAFETY: `dev` comes from cuDeviceGet on a loaded driver.
-    let attr = |a| unsafe { driver::device_attribute(dev, a) }.phase(Phase::Probe);
-    // SAFETY: as above.
-    let name = unsafe { driver::device_name(dev) }.phase(Phase::Probe)?;
-    // SAFETY: as above.
-    let total_memory = unsafe { driver::device_total_mem(dev) }.phase(Phase::Probe)?;
-    // SAFETY: `device` above loaded and initialised the driver.
-    let driver_version = unsafe { driver::driver_version() }.phase(Phase::Probe)?;
+    let attr = |a| driver::device_attribute(dev, a).phase(Phase::Probe);
+    let name = driver::device_name(dev).phase(Phase::Probe)?;
+    let total_memory = driver::device_total_mem(dev).phase(Phase::Probe)?;
+    let driver_version = driver::driver_version().phase(Phase::Probe)?;
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let vmm_supported =
@@ -129,10 +123,7 @@ pub fn probe_device(ordinal: i32) -> Result<DeviceReport> {
         ordinal,
         sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
     );
-    let granularity = |option| {
-        // SAFETY: `prop` describes this device.
-        unsafe { driver::allocation_granularity(&prop, option) }.phase(Phase::Probe)
-    };
+    let granularity = |option| driver::allocation_granularity(&prop, option).phase(Phase::Probe);
     report.granularity_min =
         granularity(sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM)?;
     report.granularity_recommended =
@@ -155,8 +146,7 @@ pub(super) fn device(ordinal: i32) -> Result<sys::CUdevice> {
             )),
         ));
     }
-    // SAFETY: the driver is initialised and the ordinal is in range.
-    unsafe { driver::device_get(ordinal) }.phase(Phase::Probe)
+    driver::device_get(ordinal).phase(Phase::Probe)
 }
 
 /// The driver's handle-type flag for `handle_type`.
@@ -187,25 +177,7 @@ pub(super) fn handle_type_works(ctx: &PrimaryContext, handle_type: HandleType) -
 fn try_create_export(ctx: &PrimaryContext, handle_type: HandleType) -> DriverResult<()> {
     let _guard = ctx.enter()?;
     let prop = driver::device_prop(ctx.ordinal, cu_handle_type(handle_type));
-    // SAFETY: `prop` describes a device of the current context.
-    let size = unsafe {
-        driver::allocation_granularity(
-            &prop,
-            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-        )
-    }?;
-    // SAFETY: `size` is the granularity for `prop`; the handle is released below.
-    let handle = unsafe { driver::mem_create(size, &prop) }?;
-    let exported = match handle_type {
-        // SAFETY: `handle` is live and was created with POSIX fds requested; the
-        // exported fd is closed when the OwnedFd drops.
-        HandleType::PosixFd => unsafe { driver::mem_export_fd(handle) }.map(drop),
-        // SAFETY: `handle` is live and was created with fabric handles requested.
-        HandleType::Fabric => unsafe { driver::mem_export_fabric(handle) }.map(drop),
-    };
-    // SAFETY: `handle` is live and unmapped, and not used again.
-    let released = unsafe { driver::mem_release(handle) };
-    exported.and(released)
+    driver::create_and_export(&prop)
 }
 
 /// The handle type a provider for `ctx` uses under `pref`.

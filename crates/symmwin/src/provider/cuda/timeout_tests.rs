@@ -55,24 +55,20 @@ impl TwoRanks {
     }
 }
 
-fn have_gpu() -> bool {
-    let present = matches!(device_count(), Ok(n) if n > 0);
-    if !present {
-        println!("skipped: no CUDA device");
-    }
+/// Fails the (ignored) test on a machine without a GPU instead of passing it silently.
+fn require_gpu() {
+    let count = device_count();
     assert!(
-        !present || kernels_built(),
-        "kernels/signal.ptx is a placeholder"
+        matches!(count, Ok(n) if n > 0),
+        "this test needs a CUDA GPU: {count:?}"
     );
-    present
+    assert!(kernels_built(), "kernels/signal.ptx is a placeholder");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
-    if !have_gpu() {
-        return;
-    }
+    require_gpu();
     let ranks = TwoRanks::new();
     let signals = ranks.provider.signals();
     let (a, b) = (
@@ -110,9 +106,7 @@ fn ten_thousand_barriers_and_signal_pairs_raise_nothing() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_timeout_traps_then_every_call_reports_it() {
-    if !have_gpu() {
-        return;
-    }
+    require_gpu();
     let exe = std::env::current_exe().unwrap();
     for (case, rank, peer) in [
         ("barrier", 0, 1),

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use libloading::{Library, Symbol};
+
 use super::*;
+use crate::provider::cuda::nvml::symbol;
 
 const PCI: &str = "00000000:18:00.0";
 
