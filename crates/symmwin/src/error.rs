@@ -96,6 +96,17 @@ pub enum ErrorKind {
         /// How long this rank waited.
         waited: Duration,
     },
+    /// A local peer's process ended while this rank waited for it (see
+    /// [`crate::peer_watch`]).
+    #[error("rank {rank} (pid {pid}) {how} while this rank waited for it")]
+    PeerExited {
+        /// The peer's rank in the group.
+        rank: usize,
+        /// Its process id.
+        pid: u32,
+        /// "exited", or its status or signal where this process is its parent.
+        how: String,
+    },
     /// A peer is gone (its socket refuses connections).
     #[error("peer is unreachable: {0}")]
     PeerLost(String),

@@ -141,6 +141,9 @@ pub(crate) struct GroupState {
     /// Set by the first rendezvous that failed here or that a peer gave up: every later
     /// one fails at once with it.
     pub(crate) out_of_step: Option<OutOfStep>,
+    /// This group's local peers, watched for their deaths from the first rendezvous
+    /// that proved them local on.
+    pub(crate) watched: Option<crate::peer_watch::Watched>,
 }
 
 /// Since when and where a group's ranks stopped agreeing on which call is which.
@@ -249,6 +252,7 @@ impl Group {
                     direct: None,
                     addresses: None,
                     out_of_step: None,
+                    watched: None,
                 }),
             }),
         })

@@ -32,6 +32,9 @@ use traded::Sent;
 pub use traded::{Awaited, Outgoing, Traded};
 pub use wire::Offer;
 
+/// How often a wait looks at the death marks of the peers it waits for.
+const DEATH_CHECK: Duration = Duration::from_millis(100);
+
 /// Where one peer listens and what it expects from us.
 #[derive(Debug, Clone)]
 pub struct PeerAddress {
@@ -218,6 +221,13 @@ impl Endpoint {
             if missing.is_empty() && full.is_empty() {
                 return Ok(());
             }
+            let waited_for = missing
+                .iter()
+                .chain(&full)
+                .map(|&r| (r, round.peers[r].pid));
+            if let Some(exited) = crate::peer_watch::first_exited(Phase::Exchange, waited_for) {
+                return Err(exited);
+            }
             let now = Instant::now();
             if now >= deadline {
                 let mut waiting = missing;
@@ -225,9 +235,10 @@ impl Endpoint {
                 let fds_dropped = self.fds_dropped - fds_dropped_before;
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
-            // While sends are pending, poll briefly so they are retried soon.
+            // While sends are pending, poll briefly so they are retried soon; otherwise
+            // wake often enough to see a peer's death mark within a second.
             let wait = if full.is_empty() {
-                deadline - now
+                DEATH_CHECK.min(deadline - now)
             } else {
                 Duration::from_millis(1).min(deadline - now)
             };

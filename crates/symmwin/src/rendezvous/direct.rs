@@ -112,7 +112,7 @@ impl Rendezvous<'_> {
         };
         self.trade(&round, &mut trading.traded, &out, Awaited::Requests)
             .map_err(|e| match e.kind() {
-                ErrorKind::Timeout { .. } => e.during(Phase::Gather),
+                ErrorKind::Timeout { .. } | ErrorKind::PeerExited { .. } => e.during(Phase::Gather),
                 _ => e,
             })?;
         received_requests(ours, &mut trading.traded, shared.rank)

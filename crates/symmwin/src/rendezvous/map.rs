@@ -78,6 +78,10 @@ impl Rendezvous<'_> {
             shared.provider.info().handle_type,
         )?;
         self.clock.lap(Step::Gather);
+        if self.state.watched.is_none() {
+            let local = plan.targets.iter().map(|&r| gathered.peers[r].pid);
+            self.state.watched = Some(crate::peer_watch::watch(local));
+        }
         let reserved = self.reserve_early(own, &offer)?;
         let handle = self.collect_handle(own, &offer, handle)?;
         let mut trading = Trading {
