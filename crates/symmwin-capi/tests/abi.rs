@@ -467,8 +467,8 @@ fn ranks_travel_at_64_bits_and_the_core_refuses_them_whole() {
         stream: null_mut(),
     };
     let buf = whole(window, 64);
-    // Narrowed to 32 bits, each of these would be rank 0, the only rank there is.
-    for rank in [1i64 << 32, (1 << 33) + 0, -(1 << 32)] {
+    // Narrowed to 32 bits, each of these would be rank 0 (the only rank there is) or 1.
+    for rank in [1i64 << 32, (1 << 33) + 1, -(1 << 32)] {
         let needle = |what| format!("{what} {rank} is not a rank of the group");
         // SAFETY: a live window, readable options.
         unsafe {
