@@ -196,13 +196,14 @@ void check_var_types(
 }
 
 // The split tables' shapes: in_splits 1-D (in_splits_offsets [2, n] for combine),
-// out_splits_offsets [2, n].
+// out_splits_offsets [2, m]. Their lengths depend on the group size, which only the
+// core knows: it checks in_splits first and derives out_splits_offsets' length from
+// it, so a wrong in_splits is blamed on in_splits.
 void check_var_tables(
     const char* op,
     const VarShape& v,
     const at::Tensor& splits,
     const at::Tensor& out_splits_offsets) {
-  int64_t nsplits = 0;
   if (v.shape == SYMMWIN_A2A_COMBINE) {
     TORCH_CHECK(
         splits.dim() == 2 && splits.size(0) == 2,
@@ -210,7 +211,6 @@ void check_var_tables(
         op,
         ": in_splits_offsets must be 2-D with 2 rows, not of shape ",
         splits.sizes());
-    nsplits = splits.size(1);
   } else {
     TORCH_CHECK(
         splits.dim() == 1,
@@ -218,16 +218,12 @@ void check_var_tables(
         op,
         ": in_splits must be 1-D, not of shape ",
         splits.sizes());
-    nsplits = splits.size(0);
   }
   TORCH_CHECK(
-      out_splits_offsets.dim() == 2 && out_splits_offsets.size(0) == 2 &&
-          out_splits_offsets.size(1) == nsplits,
+      out_splits_offsets.dim() == 2 && out_splits_offsets.size(0) == 2,
       "symmwin.",
       op,
-      ": out_splits_offsets must be of shape [2, ",
-      nsplits,
-      "], not ",
+      ": out_splits_offsets must be 2-D with 2 rows, not of shape ",
       out_splits_offsets.sizes());
 }
 
@@ -357,7 +353,9 @@ void all_to_all_into(const at::Tensor& input, const at::Tensor& out, std::string
   const auto in = bind_tensor(input, group_name, "all_to_all", "input", bytes(input));
   const auto o = bind_tensor(out, group_name, "all_to_all", "out", bytes(out));
   const auto opts = options_for(input);
-  check("all_to_all", symmwin_op_all_to_all(in.operand, o.operand, &opts));
+  // The core splits elements, not bytes, among the ranks.
+  const auto elem_size = static_cast<size_t>(input.element_size());
+  check("all_to_all", symmwin_op_all_to_all(in.operand, o.operand, elem_size, &opts));
 }
 
 at::Tensor all_to_all(const at::Tensor& input, at::Tensor out, std::string group_name) {
@@ -369,7 +367,8 @@ void broadcast_into(const at::Tensor& input, int64_t root, std::string group_nam
   require_contiguous("broadcast", input, "input");
   const auto b = bind_tensor(input, group_name, "broadcast", "input", bytes(input));
   const auto opts = options_for(input);
-  check("broadcast", symmwin_op_broadcast(b.operand, static_cast<int>(root), &opts));
+  // Ranks cross the C ABI at their full 64 bits: the core range-checks them.
+  check("broadcast", symmwin_op_broadcast(b.operand, root, &opts));
 }
 
 at::Tensor broadcast(at::Tensor input, int64_t root, std::string group_name) {
@@ -381,9 +380,7 @@ void put_get(const char* op, const at::Tensor& tensor, int64_t peer, bool into_p
   require_contiguous(op, tensor, "tensor");
   const auto b = bind_existing(tensor, op, "tensor", bytes(tensor));
   const auto opts = options_for(tensor);
-  check(
-      op,
-      symmwin_op_put_get(b.operand, static_cast<int>(peer), into_peer ? 1 : 0, &opts));
+  check(op, symmwin_op_put_get(b.operand, peer, into_peer ? 1 : 0, &opts));
 }
 
 void put(const at::Tensor& tensor, int64_t peer) {
@@ -427,7 +424,7 @@ void put_with_signal(
   check(
       op,
       symmwin_op_put_with_signal(
-          b.operand, s.operand, static_cast<uint64_t>(signal), static_cast<int>(peer), &opts));
+          b.operand, s.operand, static_cast<uint64_t>(signal), peer, &opts));
 }
 
 void wait_for_signal(const at::Tensor& sigpad, int64_t signal, int64_t peer) {
@@ -437,18 +434,12 @@ void wait_for_signal(const at::Tensor& sigpad, int64_t signal, int64_t peer) {
       "symmwin.wait_for_signal: sigpad must hold a 64-bit word");
   const auto opts = options_for(sigpad);
   const int device = sigpad.is_cuda() ? sigpad.device().index() : -1;
-  // The sigpad belongs to no window the core knows: name the waiting rank for it
-  // (a world rank, as `peer` is).
-  const int rank = c10d::resolve_process_group(kWorldGroup)->getRank();
+  // `peer` is a world rank; the core checks it and that the sigpad is symmetric
+  // memory (an allocation or a signal pad) of the world group.
   check(
       op,
       symmwin_op_wait_for_signal(
-          sigpad.data_ptr(),
-          device,
-          static_cast<uint64_t>(signal),
-          rank,
-          static_cast<int>(peer),
-          &opts));
+          sigpad.data_ptr(), kWorldGroup, device, static_cast<uint64_t>(signal), peer, &opts));
 }
 
 SymmwinWindow* window_of_handle(const Handle& hdl, const char* op) {
@@ -471,7 +462,7 @@ void put_signal(const at::Tensor& src, const Handle& hdl, int64_t peer) {
   const auto opts = options_for(src);
   check(
       op,
-      symmwin_op_put_signal(src.data_ptr(), bytes(src), dst, static_cast<int>(peer), &opts));
+      symmwin_op_put_signal(src.data_ptr(), bytes(src), dst, peer, &opts));
 }
 
 void wait_signal(const Handle& hdl, int64_t peer) {
@@ -482,7 +473,7 @@ void wait_signal(const Handle& hdl, int64_t peer) {
             ->getStream(hdl->get_device())
             .native_handle()
       : nullptr;
-  check("wait_signal", symmwin_op_wait_signal(w, static_cast<int>(peer), &opts));
+  check("wait_signal", symmwin_op_wait_signal(w, peer, &opts));
 }
 
 // ---------------------------------------------------------------------------
@@ -573,14 +564,13 @@ void reduce_tiles(
     ins.push_back(bound.back().operand);
   }
   const auto o = bind_tensor(out_tile, group, op, "out_tile", extent);
-  std::vector<int> root_ranks(roots.begin(), roots.end());
   const auto opts = options_for(out_tile);
   check(
       op,
       symmwin_op_tile_reduce(
           ins.data(),
           ins.size(),
-          root_ranks.data(),
+          roots.data(),
           o.operand,
           static_cast<size_t>(out_tile.size(0)),
           static_cast<size_t>(out_tile.size(1)),

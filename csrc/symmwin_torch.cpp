@@ -293,11 +293,30 @@ std::vector<int> global_ranks_of(const c10::intrusive_ptr<c10d::ProcessGroup>& p
   return std::vector<int>(ranks.begin(), ranks.end());
 }
 
+// torch's process group `name`. torch's own error names no cause; the usual one is
+// a process group destroyed (dist.destroy_process_group) while symmwin memory, a
+// rendezvous or an op still uses it, so say so and what to do.
+c10::intrusive_ptr<c10d::ProcessGroup> resolve_group(const std::string& name) {
+  try {
+    return c10d::resolve_process_group(name);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(
+        false,
+        e.what_without_backtrace(),
+        "\nsymmwin: process group ",
+        name,
+        " is not registered with torch: was dist.destroy_process_group() called? "
+        "Rendezvous and ops need the group alive; finish symmwin work before "
+        "destroying it, or make it again with dist.init_process_group() and allocate "
+        "new symmetric tensors (see docs/troubleshooting.md)");
+  }
+}
+
 // Register the process group now known as `name` with the core. Every call: a name
 // can be reused by a new process group once torch destroys the old one, and the
 // core tells them apart by their store (a repeat for the same store is a no-op).
 void ensure_group(const std::string& name, int device) {
-  auto pg = c10d::resolve_process_group(name);
+  auto pg = resolve_group(name);
   auto store = pg->getStore();
   if (symmwin_group_matches(
           name.c_str(), device, reinterpret_cast<uintptr_t>(store.get()))) {
@@ -642,6 +661,15 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
 // ---------------------------------------------------------------------------
 
 void register_backends() {
+  // A library built from another version of the header (a stale prebuilt one) would
+  // read every changed argument wrongly: refuse it at import.
+  TORCH_CHECK(
+      symmwin_abi_version() == SYMMWIN_ABI_VERSION,
+      "symmwin: the native library has C ABI version ",
+      symmwin_abi_version(),
+      " but this extension was compiled against version ",
+      SYMMWIN_ABI_VERSION,
+      "; rebuild both from one checkout");
   // A bad SYMMWIN_* setting fails `import symmwin`, not the first rendezvous.
   check(symmwin_init());
   static std::once_flag once;

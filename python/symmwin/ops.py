@@ -241,8 +241,11 @@ def put_with_signal(tensor: torch.Tensor, sigpad: torch.Tensor, signal: int, pee
 def wait_for_signal(sigpad: torch.Tensor, signal: int, peer: int) -> None:
     """Wait until this rank's 64-bit ``sigpad`` equals ``signal`` (sent by ``peer``).
 
-    Unlike torch's NVSHMEM op, the word is reset to zero once seen, so signal pads
-    stay zero at rest and the same value can be sent again.
+    ``sigpad`` must be symmetric memory of the world group (a symmwin tensor or a
+    view of ``hdl.get_signal_pad(rank)``) and ``peer`` a world rank: anything else is
+    refused at once rather than waited on until the timeout. Unlike torch's NVSHMEM
+    op, the word is reset to zero once seen, so signal pads stay zero at rest and the
+    same value can be sent again.
     """
     _ops.wait_for_signal(sigpad, signal, peer)
 

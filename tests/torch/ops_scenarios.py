@@ -342,7 +342,10 @@ def ops_bad_input(ctx):
         "peer": _error(torch.ops.symmwin.put, inp, W),
         "no_window": _error(torch.ops.symmwin.put, _sym(ctx, (4,), torch.float32), 0),
         "engine": _error(ops.set_engine, "dma"),
+        "splits_len": _error(a2a, inp, out, _sym(ctx, (W + 1,), torch.int64), out_so, g),
     }
+    msgs.update(_wide_ranks(ctx, inp, out))
+    msgs.update(_aliased(ctx))
     # Every rank sends 3 rows to rank 0, whose out (a 2-row view) has no room: rank 0
     # raises naming a peer, the other ranks complete, nothing is written on rank 0.
     # (On CUDA the splits are seen on the device only and the failure surfaces at a
@@ -364,6 +367,50 @@ def ops_bad_input(ctx):
     in_splits.fill_(1)
     a2a(inp, out, in_splits, out_so, g)
     assert out[:W, 0].tolist() == [float(s) for s in range(W)]
+    return msgs
+
+
+def _wide_ranks(ctx, inp, out) -> dict:
+    """Ranks that a 32-bit narrowing would turn into valid ones (2**32 + k is k)."""
+    import time
+
+    g, me = _group(), ctx.rank
+    hdl = symm_mem.rendezvous(inp, g)
+    wide = 2**32 + 1
+    msgs = {
+        "put_wide": _error(torch.ops.symmwin.put, inp, wide),
+        "get_negative": _error(torch.ops.symmwin.get, inp, -1),
+        "broadcast_wide": _error(torch.ops.symmwin.broadcast, inp, 2**32, g),
+        "tile_root_wide": _error(torch.ops.symmwin.tile_reduce, inp[:2], out[:2], 2**32, g),
+        "put_signal_wide": _error(ops.put_signal, inp[0], hdl, wide),
+        "wait_signal_wide": _error(ops.wait_signal, hdl, wide),
+        "put_with_signal_wide": _error(
+            torch.ops.symmwin.put_with_signal, inp, hdl.get_signal_pad(me, (1,), dtype=torch.int64), 1, wide
+        ),
+        "wait_for_signal_wide": _error(
+            torch.ops.symmwin.wait_for_signal, hdl.get_signal_pad(me, (1,), dtype=torch.int64), 1, wide
+        ),
+    }
+    # Memory no peer can signal is refused at once, not waited on.
+    started = time.monotonic()
+    plain = torch.zeros(4, dtype=torch.int64, device=ctx.device)
+    msgs["wait_for_signal_plain"] = _error(torch.ops.symmwin.wait_for_signal, plain, 1, 0)
+    msgs["wait_for_signal_plain_s"] = f"{time.monotonic() - started:.3f}"
+    return msgs
+
+
+def _aliased(ctx) -> dict:
+    """all_to_all whose out is its input, or overlaps it; at world 2 and more, an
+    element count that does not split evenly among the ranks."""
+    W, g = ctx.world, _group()
+    x = _sym(ctx, (8 * W,), torch.float32)
+    msgs = {
+        "a2a_alias": _error(torch.ops.symmwin.all_to_all_into, x, x, g),
+        "a2a_overlap": _error(torch.ops.symmwin.all_to_all_into, x[: 4 * W], x[2 * W : 6 * W], g),
+    }
+    if W > 1:
+        odd_in, odd_out = _sym(ctx, (2 * W + 1,), torch.float32), _sym(ctx, (2 * W + 1,), torch.float32)
+        msgs["a2a_elements"] = _error(torch.ops.symmwin.all_to_all_into, odd_in, odd_out, g)
     return msgs
 
 

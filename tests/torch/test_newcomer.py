@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -86,3 +87,64 @@ assert issubclass(symmwin.TimeoutError, torch.distributed.DistBackendError)
     assert version[0].isdigit(), version
     assert types == "posix_fd posix_fd posix_fd", types
     assert torch.__version__  # the suite runs against an installed torch
+
+
+_WORLD_OF_ONE = """
+import torch, symmwin
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+"""
+
+_TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
+
+
+def _last_error_line(proc: subprocess.CompletedProcess, needle: str) -> str:
+    lines = [l for l in proc.stdout.splitlines() if needle in l]
+    assert lines, proc.stdout + proc.stderr
+    return lines[-1]
+
+
+def test_a_cpu_tensor_before_set_backend_is_torchs_error_and_troubleshooting_lists_it():
+    code = _WORLD_OF_ONE + """
+try:
+    symm_mem.empty(16, device="cpu")
+except RuntimeError as e:
+    print("ERROR", str(e).splitlines()[0])
+"""
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    message = _last_error_line(proc, "ERROR")
+    assert "SymmetricMemory does not support device type cpu" in message, message
+    page = " ".join(_TROUBLESHOOTING.read_text().split())
+    assert "`SymmetricMemory does not support device type cpu`" in page
+    assert "symm_mem.set_backend(symmwin.HOST_BACKEND)" in page
+
+
+def test_rendezvous_and_ops_after_destroy_process_group_say_what_happened():
+    code = _WORLD_OF_ONE + """
+symm_mem.set_backend(symmwin.HOST_BACKEND)
+t = symm_mem.empty(16, device="cpu")
+assert symm_mem.rendezvous(t, "0") is not None
+dist.destroy_process_group()
+fresh, out = symm_mem.empty(16, device="cpu"), symm_mem.empty(16, device="cpu")
+for name, call in [
+    ("rendezvous", lambda: symm_mem.rendezvous(fresh, "0")),
+    ("op", lambda: torch.ops.symmwin.all_to_all_into(fresh, out, "0")),
+]:
+    try:
+        call()
+    except RuntimeError as e:
+        print(name, " ".join(str(e).split()))
+    else:
+        print(name, "no error")
+"""
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    for name in ["rendezvous", "op"]:
+        line = _last_error_line(proc, f"{name} ")
+        assert "Could not resolve the process group registered under the name 0" in line, line
+        assert "was dist.destroy_process_group() called?" in line, line
+        assert "dist.init_process_group()" in line, line
+    page = " ".join(_TROUBLESHOOTING.read_text().split())
+    assert "was dist.destroy_process_group() called?" in page

@@ -79,7 +79,19 @@ BAD_INPUT_WORDS = {
     "reduce_op": ["sum"],
     "inner_stride": ["unit inner stride"],
     "int_tile": ["float32"],
-    "peer": ["out of range"],
+    "peer": ["is not a rank of the group"],
+    "splits_len": ["in_splits must have {W} entries, the group size, not {W1}"],
+    "put_wide": ["peer 4294967297 is not a rank of the group (0 to {W_1}, world size {W})"],
+    "get_negative": ["peer -1 is not a rank of the group"],
+    "broadcast_wide": ["root 4294967296 is not a rank of the group"],
+    "tile_root_wide": ["root 4294967296 is not a rank of the group"],
+    "put_signal_wide": ["peer 4294967297 is not a rank of the group"],
+    "wait_signal_wide": ["peer 4294967297 is not a rank of the group"],
+    "put_with_signal_wide": ["peer 4294967297 is not a rank of the group"],
+    "wait_for_signal_wide": ["peer 4294967297 is not a rank of the group"],
+    "wait_for_signal_plain": ["is not symmetric memory of group"],
+    "a2a_alias": ["all_to_all: out (bytes 0..", "overlaps input", "cannot give the exact result"],
+    "a2a_overlap": ["overlaps input"],
     "no_window": ["rendezvous", "one-sided"],
     "engine": ["unknown engine"],
 }
@@ -93,13 +105,19 @@ def test_bad_input_is_a_clear_error(device, world):
     m = results[0]
     for case, words in BAD_INPUT_WORDS.items():
         for word in words:
+            word = word.format(W=world, W1=world + 1, W_1=world - 1)
             assert word in m[case], (case, m[case])
+    assert float(m["wait_for_signal_plain_s"]) < 1.0, "refused at once, not waited on"
+    if world > 1:
+        # 2W + 1 elements: a byte count that splits evenly would slice floats.
+        want = f"all_to_all: {2 * world + 1} elements do not split evenly among the {world} ranks"
+        assert want in m["a2a_elements"], m["a2a_elements"]
     if device == "cuda":
         return
     room = m["room"]
     # Names the peer, the rows and the room.
-    assert "received splits do not fit out" in room and "sends 3 rows" in room, room
-    assert "room for 2 rows" in room and "peer" in room, room
+    assert "received splits do not fit out" in room and "sends 3 rows, to out rows 0..3" in room, room
+    assert "which do not fit an out of 2 rows" in room and "peer" in room, room
 
 
 def test_an_op_whose_peers_never_come_raises_symmwin_timeout_error():

@@ -10,6 +10,15 @@
 #include <stdlib.h>
 
 /**
+ * The version of this ABI: raised whenever a signature or a struct changes, so an
+ * adapter compiled against one header refuses a library of another
+ * (`symmwin_abi_version`). 2: ranks, roots and peers are `int64_t`,
+ * `symmwin_op_all_to_all` takes the element size, `symmwin_op_wait_for_signal` a
+ * group.
+ */
+#define SYMMWIN_ABI_VERSION 2
+
+/**
  * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
  * `symmwin_window_peer_ptr` kind).
  */
@@ -423,6 +432,12 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * `SYMMWIN_ABI_VERSION` of the library itself, for an adapter to compare with the
+ * header it was compiled against.
+ */
+int symmwin_abi_version(void);
+
+/**
  * The last error message of this thread (empty if none). Valid until the next call
  * on this thread.
  */
@@ -452,6 +467,7 @@ SymmwinStatus symmwin_alloc(int device, size_t size, void **out);
 
 /**
  * Free an allocation made by `symmwin_alloc`. Local: windows made from it stay valid.
+ * NULL is a no-op, as for free(3).
  */
 SymmwinStatus symmwin_free(void *ptr);
 
@@ -572,7 +588,7 @@ SymmwinStatus symmwin_window_info(const SymmwinWindow *w, SymmwinWindowInfo *out
  * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
  * is not yet released. `out` is NULL or points to writable storage for the result.
  */
-SymmwinStatus symmwin_window_peer_ptr(const SymmwinWindow *w, int what, int rank, void **out);
+SymmwinStatus symmwin_window_peer_ptr(const SymmwinWindow *w, int what, int64_t rank, void **out);
 
 /**
  * Device-visible address of one of the window's tables (host address for host
@@ -619,7 +635,8 @@ SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
 size_t symmwin_allocation_count(void);
 
 /**
- * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+ * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`), both
+ * of `elem_size`-byte elements whose count splits evenly among the ranks.
  *
  * # Safety
  * Every operand's `window` is NULL or a window not yet released, and the operand's
@@ -628,6 +645,7 @@ size_t symmwin_allocation_count(void);
  */
 SymmwinStatus symmwin_op_all_to_all(SymmwinOperand input,
                                     SymmwinOperand out,
+                                    size_t elem_size,
                                     const SymmwinOpOptions *opts);
 
 /**
@@ -659,7 +677,7 @@ SymmwinStatus symmwin_op_all_to_all_v(int shape,
  * bytes lie inside it; `opts` is NULL or points to a readable `SymmwinOpOptions` whose
  * `stream` is NULL or a CUDA stream of the windows' device.
  */
-SymmwinStatus symmwin_op_broadcast(SymmwinOperand buf, int root, const SymmwinOpOptions *opts);
+SymmwinStatus symmwin_op_broadcast(SymmwinOperand buf, int64_t root, const SymmwinOpOptions *opts);
 
 /**
  * One-sided copy of this rank's `buf` into `peer`'s (`into_peer` non-zero: put) or
@@ -671,7 +689,7 @@ SymmwinStatus symmwin_op_broadcast(SymmwinOperand buf, int root, const SymmwinOp
  * `stream` is NULL or a CUDA stream of the windows' device.
  */
 SymmwinStatus symmwin_op_put_get(SymmwinOperand buf,
-                                 int peer,
+                                 int64_t peer,
                                  int into_peer,
                                  const SymmwinOpOptions *opts);
 
@@ -686,25 +704,28 @@ SymmwinStatus symmwin_op_put_get(SymmwinOperand buf,
 SymmwinStatus symmwin_op_put_with_signal(SymmwinOperand buf,
                                          SymmwinOperand sig,
                                          uint64_t value,
-                                         int peer,
+                                         int64_t peer,
                                          const SymmwinOpOptions *opts);
 
 /**
- * Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
- * `value` (sent by `peer` to this process's world rank `rank`, both named in a
- * timeout error), then zero it. `word` must be a live, 8-byte aligned
- * word of that memory (a signal pad or a symmetric tensor).
+ * Wait until the 64-bit word at `word` equals `value` (sent by `peer`, a rank of
+ * group `name` on `device`, -1 for host memory), then zero it. `word` must be an
+ * 8-byte aligned word of symmetric memory of that device: a `symmwin_alloc`
+ * allocation or this rank's signal pad of a window of the group. Anything else (a
+ * plain buffer, a stack word), a peer outside the group or a group not registered is
+ * `SYMMWIN_INVALID_ARGUMENT` at once, never a wait that runs out.
  *
  * # Safety
- * `word` is a live, 8-byte aligned word of memory of `device` (a signal pad or a
- * symmetric tensor) that stays mapped until the wait ends; `opts` is NULL or points to
- * a readable `SymmwinOpOptions`.
+ * `name` is NULL or a NUL-terminated string. `word` is only compared with live
+ * allocations and pads before the wait; on a device it must stay allocated until the
+ * wait completes on its stream. `opts` is NULL or points to a readable
+ * `SymmwinOpOptions`.
  */
 SymmwinStatus symmwin_op_wait_for_signal(void *word,
+                                         const char *name,
                                          int device,
                                          uint64_t value,
-                                         int rank,
-                                         int peer,
+                                         int64_t peer,
                                          const SymmwinOpOptions *opts);
 
 /**
@@ -720,7 +741,7 @@ SymmwinStatus symmwin_op_wait_for_signal(void *word,
 SymmwinStatus symmwin_op_put_signal(const void *src,
                                     size_t len,
                                     SymmwinOperand dst,
-                                    int peer,
+                                    int64_t peer,
                                     const SymmwinOpOptions *opts);
 
 /**
@@ -731,7 +752,7 @@ SymmwinStatus symmwin_op_put_signal(const void *src,
  * is not yet released. `opts` is NULL or points to a readable `SymmwinOpOptions`.
  */
 SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
-                                     int peer,
+                                     int64_t peer,
                                      const SymmwinOpOptions *opts);
 
 /**
@@ -740,7 +761,8 @@ SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
  * rows `row_stride` elements apart; `reduce_op` is `"sum"`.
  *
  * # Safety
- * `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n` ints;
+ * `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n`
+ * `int64_t`s;
  * `reduce_op` is NULL or a NUL-terminated string. Every operand's `window` is NULL or
  * a window not yet released, and the operand's bytes lie inside it; `opts` is NULL or
  * points to a readable `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of
@@ -748,7 +770,7 @@ SymmwinStatus symmwin_op_wait_signal(const SymmwinWindow *w,
  */
 SymmwinStatus symmwin_op_tile_reduce(const SymmwinOperand *ins,
                                      size_t n,
-                                     const int *roots,
+                                     const int64_t *roots,
                                      SymmwinOperand out,
                                      size_t rows,
                                      size_t cols,
@@ -808,7 +830,7 @@ SymmwinStatus symmwin_window_mapped(const SymmwinWindow *w, uint8_t *out, size_t
  */
 SymmwinStatus symmwin_window_signal(const SymmwinWindow *w,
                                     int op,
-                                    int peer,
+                                    int64_t peer,
                                     int channel,
                                     uint64_t timeout_ms,
                                     void *stream);

@@ -101,6 +101,16 @@ fn set_last_error(message: String) {
     let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
+/// A call that succeeds leaves no message of an earlier failure behind. The common
+/// case (no message) only reads the thread-local slot.
+fn clear_last_error() {
+    let _ = LAST_ERROR.try_with(|e| {
+        if !e.borrow().is_empty() {
+            *e.borrow_mut() = CString::default();
+        }
+    });
+}
+
 fn status_of(err: &symmwin::Error) -> SymmwinStatus {
     match err.kind() {
         ErrorKind::InvalidArgument(_) => SymmwinInvalidArgument,
@@ -116,7 +126,10 @@ fn status_of(err: &symmwin::Error) -> SymmwinStatus {
 /// Run `f`, turning errors and panics into a status and the last-error message.
 fn guard(f: impl FnOnce() -> symmwin::Result<SymmwinStatus>) -> SymmwinStatus {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(status)) => status,
+        Ok(Ok(status)) => {
+            clear_last_error();
+            status
+        }
         Ok(Err(e)) => {
             set_last_error(e.to_string());
             status_of(&e)
@@ -167,7 +180,15 @@ fn group_config(timeout_ms: u64) -> symmwin::Result<Config> {
     Ok(config)
 }
 
+/// The device code of host memory.
+const HOST_DEVICE: i32 = -1;
+
 fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
+    if device < HOST_DEVICE {
+        return Err(symmwin::Error::invalid(format!(
+            "device {device} is neither a CUDA device (0 or more) nor host memory (-1)"
+        )));
+    }
     if device >= 0 {
         // After a device wait trapped, say so before anything touches the lost context.
         symmwin::provider::cuda::check_context()?;
@@ -225,13 +246,23 @@ fn signal_options(channel: usize, timeout_ms: u64, stream: *mut c_void) -> Signa
     }
 }
 
-fn rank_arg(r: c_int, world: usize) -> symmwin::Result<usize> {
-    usize::try_from(r)
-        .ok()
-        .filter(|&r| r < world)
-        .ok_or_else(|| {
-            symmwin::Error::invalid(format!("rank {r} out of range for world size {world}"))
-        })
+/// The version of this ABI: raised whenever a signature or a struct changes, so an
+/// adapter compiled against one header refuses a library of another
+/// (`symmwin_abi_version`). 2: ranks, roots and peers are `int64_t`,
+/// `symmwin_op_all_to_all` takes the element size, `symmwin_op_wait_for_signal` a
+/// group.
+pub const SYMMWIN_ABI_VERSION: c_int = 2;
+
+/// `SYMMWIN_ABI_VERSION` of the library itself, for an adapter to compare with the
+/// header it was compiled against.
+#[no_mangle]
+pub extern "C" fn symmwin_abi_version() -> c_int {
+    SYMMWIN_ABI_VERSION
+}
+
+/// A rank of a group of `world` ranks, range-checked by the core (never narrowed here).
+fn rank_arg(r: i64, world: usize, what: &str) -> symmwin::Result<usize> {
+    symmwin::ops::Rank::from(r).in_group(world, what)
 }
 
 /// The last error message of this thread (empty if none). Valid until the next call
@@ -277,9 +308,15 @@ pub unsafe extern "C" fn symmwin_alloc(
 }
 
 /// Free an allocation made by `symmwin_alloc`. Local: windows made from it stay valid.
+/// NULL is a no-op, as for free(3).
 #[no_mangle]
 pub extern "C" fn symmwin_free(ptr: *mut c_void) -> SymmwinStatus {
-    guard(|| REGISTRY.free(ptr as usize).map(|()| SymmwinOk))
+    guard(|| {
+        if ptr.is_null() {
+            return Ok(SymmwinOk);
+        }
+        REGISTRY.free(ptr as usize).map(|()| SymmwinOk)
+    })
 }
 
 /// Bytes requested for the allocation covering `ptr`.
@@ -565,13 +602,13 @@ pub unsafe extern "C" fn symmwin_window_info(
 pub unsafe extern "C" fn symmwin_window_peer_ptr(
     w: *const SymmwinWindow,
     what: c_int,
-    rank: c_int,
+    rank: i64,
     out: *mut *mut c_void,
 ) -> SymmwinStatus {
     let ptr = || {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let h = unsafe { window_arg(w) }?;
-        let r = rank_arg(rank, h.window.world())?;
+        let r = rank_arg(rank, h.window.world(), "rank")?;
         let ptrs = match what {
             SYMMWIN_BUFFER_PTRS => h.window.ptrs(),
             SYMMWIN_PAD_PTRS => h.window.pad_ptrs(),

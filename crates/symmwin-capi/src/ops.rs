@@ -9,10 +9,7 @@ use symmwin::ops::collective::{self, Operand};
 use symmwin::ops::plan::Shape;
 use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
 
-use super::{
-    config, guard, out_arg, provider, rank_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow,
-    REGISTRY,
-};
+use super::{guard, out_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow, REGISTRY};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (or of
 /// its signal pad when `in_pads` is non-zero).
@@ -72,20 +69,6 @@ unsafe fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
     })
 }
 
-/// An operand and a rank of its window's group (a root or a peer), checked.
-///
-/// # Safety
-/// As [`operand`].
-unsafe fn operand_and_rank<'a>(
-    op: &SymmwinOperand,
-    rank: c_int,
-) -> symmwin::Result<(Operand<'a>, usize)> {
-    // SAFETY: a propagation of the caller's assertion.
-    let op = unsafe { operand(op) }?;
-    let rank = rank_arg(rank, op.window.world())?;
-    Ok((op, rank))
-}
-
 /// # Safety
 /// `opts` is NULL or points to a readable `SymmwinOpOptions`.
 unsafe fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
@@ -119,7 +102,8 @@ fn ok(r: symmwin::Result<()>) -> symmwin::Result<SymmwinStatus> {
     r.map(|()| SymmwinStatus::SymmwinOk)
 }
 
-/// Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`).
+/// Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`), both
+/// of `elem_size`-byte elements whose count splits evenly among the ranks.
 ///
 /// # Safety
 /// Every operand's `window` is NULL or a window not yet released, and the operand's
@@ -129,6 +113,7 @@ fn ok(r: symmwin::Result<()>) -> symmwin::Result<SymmwinStatus> {
 pub unsafe extern "C" fn symmwin_op_all_to_all(
     input: SymmwinOperand,
     out: SymmwinOperand,
+    elem_size: usize,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
@@ -136,6 +121,7 @@ pub unsafe extern "C" fn symmwin_op_all_to_all(
         ok(collective::all_to_all(
             unsafe { operand(&input) }?,
             unsafe { operand(&out) }?,
+            elem_size,
             &unsafe { options(opts) }?,
         ))
     })
@@ -210,12 +196,12 @@ pub unsafe extern "C" fn symmwin_op_all_to_all_v(
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_broadcast(
     buf: SymmwinOperand,
-    root: c_int,
+    root: i64,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let ((b, root), opts) = unsafe { (operand_and_rank(&buf, root)?, options(opts)?) };
+        let (b, opts) = unsafe { (operand(&buf)?, options(opts)?) };
         ok(collective::broadcast(b, root, &opts))
     })
 }
@@ -230,13 +216,13 @@ pub unsafe extern "C" fn symmwin_op_broadcast(
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_put_get(
     buf: SymmwinOperand,
-    peer: c_int,
+    peer: i64,
     into_peer: c_int,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let ((b, peer), opts) = unsafe { (operand_and_rank(&buf, peer)?, options(opts)?) };
+        let (b, opts) = unsafe { (operand(&buf)?, options(opts)?) };
         ok(collective::put_or_get(b, peer, into_peer != 0, &opts))
     })
 }
@@ -252,60 +238,54 @@ pub unsafe extern "C" fn symmwin_op_put_with_signal(
     buf: SymmwinOperand,
     sig: SymmwinOperand,
     value: u64,
-    peer: c_int,
+    peer: i64,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let ((b, peer), sig) = unsafe { (operand_and_rank(&buf, peer)?, operand(&sig)?) };
+        let (b, sig) = unsafe { (operand(&buf)?, operand(&sig)?) };
         // SAFETY: as above.
         let opts = unsafe { options(opts) }?;
         ok(collective::put_with_signal(b, sig, value, peer, &opts))
     })
 }
 
-/// Wait until the 64-bit word at `word` (memory of `device`, -1 for host) equals
-/// `value` (sent by `peer` to this process's world rank `rank`, both named in a
-/// timeout error), then zero it. `word` must be a live, 8-byte aligned
-/// word of that memory (a signal pad or a symmetric tensor).
+/// Wait until the 64-bit word at `word` equals `value` (sent by `peer`, a rank of
+/// group `name` on `device`, -1 for host memory), then zero it. `word` must be an
+/// 8-byte aligned word of symmetric memory of that device: a `symmwin_alloc`
+/// allocation or this rank's signal pad of a window of the group. Anything else (a
+/// plain buffer, a stack word), a peer outside the group or a group not registered is
+/// `SYMMWIN_INVALID_ARGUMENT` at once, never a wait that runs out.
 ///
 /// # Safety
-/// `word` is a live, 8-byte aligned word of memory of `device` (a signal pad or a
-/// symmetric tensor) that stays mapped until the wait ends; `opts` is NULL or points to
-/// a readable `SymmwinOpOptions`.
+/// `name` is NULL or a NUL-terminated string. `word` is only compared with live
+/// allocations and pads before the wait; on a device it must stay allocated until the
+/// wait completes on its stream. `opts` is NULL or points to a readable
+/// `SymmwinOpOptions`.
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_wait_for_signal(
     word: *mut c_void,
+    name: *const c_char,
     device: c_int,
     value: u64,
-    rank: c_int,
-    peer: c_int,
+    peer: i64,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
-        let rank = usize::try_from(rank)
-            .map_err(|_| symmwin::Error::invalid(format!("rank {rank} is negative")))?;
-        let peer = usize::try_from(peer).map_err(|_| {
-            symmwin::Error::invalid(format!("peer {peer} is negative")).at_rank(rank)
+        // SAFETY: a NUL-terminated string from the caller.
+        let name = unsafe { str_arg(name, "group name") }?;
+        let group = REGISTRY.group(name, device).ok_or_else(|| {
+            symmwin::Error::invalid(format!(
+                "wait_for_signal: group {name} is not registered on device {device} (no \
+                 rendezvous on it yet)"
+            ))
         })?;
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let opts = unsafe { options(opts) }?;
-        let provider = provider(device)?;
-        let config = config()?;
-        let timeout = opts.timeout.unwrap_or_else(|| {
-            (provider.info().kind).wait_limit(config.timeout, config.device_timeout)
-        });
-        // SAFETY: the caller guarantees a live, aligned word of `device`'s memory.
+        // SAFETY: the core checks the word is live symmetric memory; the caller keeps a
+        // device word allocated until the wait completes.
         ok(unsafe {
-            collective::wait_for_signal_at(
-                &*provider,
-                word as usize,
-                value,
-                rank,
-                peer,
-                timeout,
-                opts.stream,
-            )
+            collective::wait_for_signal_at(&REGISTRY, &group, word as usize, value, peer, &opts)
         })
     })
 }
@@ -323,7 +303,7 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
     src: *const c_void,
     len: usize,
     dst: SymmwinOperand,
-    peer: c_int,
+    peer: i64,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
@@ -331,7 +311,7 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
             return Err(symmwin::Error::invalid("put_signal: src is NULL"));
         }
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        let (d, peer) = unsafe { operand_and_rank(&dst, peer) }?;
+        let d = unsafe { operand(&dst) }?;
         // SAFETY: the caller guarantees `src..src+len` is readable memory of the
         // window's provider that outlives the op.
         ok(unsafe { collective::put_signal(src as usize, len, d, peer, &options(opts)?) })
@@ -346,13 +326,12 @@ pub unsafe extern "C" fn symmwin_op_put_signal(
 #[no_mangle]
 pub unsafe extern "C" fn symmwin_op_wait_signal(
     w: *const SymmwinWindow,
-    peer: c_int,
+    peer: i64,
     opts: *const SymmwinOpOptions,
 ) -> SymmwinStatus {
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let h = unsafe { window_arg(w) }?;
-        let peer = rank_arg(peer, h.window.world())?;
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         ok(collective::wait_signal(&h.window, peer, &unsafe {
             options(opts)
@@ -365,7 +344,8 @@ pub unsafe extern "C" fn symmwin_op_wait_signal(
 /// rows `row_stride` elements apart; `reduce_op` is `"sum"`.
 ///
 /// # Safety
-/// `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n` ints;
+/// `ins` is NULL or points to `n` operands and `roots` is NULL or points to `n`
+/// `int64_t`s;
 /// `reduce_op` is NULL or a NUL-terminated string. Every operand's `window` is NULL or
 /// a window not yet released, and the operand's bytes lie inside it; `opts` is NULL or
 /// points to a readable `SymmwinOpOptions` whose `stream` is NULL or a CUDA stream of
@@ -375,7 +355,7 @@ pub unsafe extern "C" fn symmwin_op_wait_signal(
 pub unsafe extern "C" fn symmwin_op_tile_reduce(
     ins: *const SymmwinOperand,
     n: usize,
-    roots: *const c_int,
+    roots: *const i64,
     out: SymmwinOperand,
     rows: usize,
     cols: usize,
@@ -397,15 +377,10 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
         };
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let o = unsafe { operand(&out) }?;
-        let world = o.window.world();
         let ins = ins
             .iter()
             // SAFETY: every input operand's window meets this entry point's contract.
             .map(|op| unsafe { operand(op) })
-            .collect::<symmwin::Result<Vec<_>>>()?;
-        let roots = roots
-            .iter()
-            .map(|&r| rank_arg(r, world))
             .collect::<symmwin::Result<Vec<_>>>()?;
         let elem = match elem {
             SYMMWIN_ELEM_F32 => ElemType::F32,
@@ -427,14 +402,9 @@ pub unsafe extern "C" fn symmwin_op_tile_reduce(
             elem,
         };
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
-        ok(collective::tile_reduce(
-            &ins,
-            &roots,
-            o,
-            tile,
-            op,
-            &unsafe { options(opts) }?,
-        ))
+        ok(collective::tile_reduce(&ins, roots, o, tile, op, &unsafe {
+            options(opts)
+        }?))
     })
 }
 

@@ -29,7 +29,7 @@ pub const SYMMWIN_SIGNAL_WAIT: c_int = 2;
 pub unsafe extern "C" fn symmwin_window_signal(
     w: *const SymmwinWindow,
     op: c_int,
-    peer: c_int,
+    peer: i64,
     channel: c_int,
     timeout_ms: u64,
     stream: *mut c_void,
@@ -40,8 +40,12 @@ pub unsafe extern "C" fn symmwin_window_signal(
         let options = signal_options(channel_arg(channel)?, timeout_ms, stream);
         match op {
             SYMMWIN_SIGNAL_BARRIER => window.barrier(options),
-            SYMMWIN_SIGNAL_PUT => window.put_signal(rank_arg(peer, window.world())?, options),
-            SYMMWIN_SIGNAL_WAIT => window.wait_signal(rank_arg(peer, window.world())?, options),
+            SYMMWIN_SIGNAL_PUT => {
+                window.put_signal(rank_arg(peer, window.world(), "peer")?, options)
+            }
+            SYMMWIN_SIGNAL_WAIT => {
+                window.wait_signal(rank_arg(peer, window.world(), "peer")?, options)
+            }
             other => Err(symmwin::Error::invalid(format!(
                 "unknown signal operation {other} (SYMMWIN_SIGNAL_BARRIER, SYMMWIN_SIGNAL_PUT \
                  or SYMMWIN_SIGNAL_WAIT)"

@@ -298,13 +298,16 @@ fn peer_pointers_come_from_the_core_and_bad_arguments_are_refused() {
     let status = unsafe { symmwin_window_peer_ptr(null(), SYMMWIN_BUFFER_PTRS, 0, &mut out) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(last_error().contains("window is NULL"), "{}", last_error());
-    for rank in [-1, 1, c_int::MAX] {
+    // 2**32 would be rank 0 if anything narrowed it to 32 bits.
+    for rank in [-1, 1, i64::from(c_int::MAX), 1 << 32, i64::MIN] {
         // SAFETY: a live window and a writable out.
         let status =
             unsafe { symmwin_window_peer_ptr(window, SYMMWIN_BUFFER_PTRS, rank, &mut out) };
         assert_eq!(status, SymmwinInvalidArgument, "rank {rank}");
         assert!(
-            last_error().contains(&format!("rank {rank} out of range for world size 1")),
+            last_error().contains(&format!(
+                "rank {rank} is not a rank of the group (0 to 0, world size 1)"
+            )),
             "{}",
             last_error()
         );
@@ -328,12 +331,18 @@ fn ranks_and_channels_out_of_range_are_refused() {
     // SAFETY: a live window and a writable out.
     let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 1, &mut pad) };
     assert_eq!(status, SymmwinInvalidArgument);
-    assert!(last_error().contains("rank 1 out of range for world size 1"));
+    assert!(last_error().contains("rank 1 is not a rank of the group"));
     for op in [SYMMWIN_SIGNAL_PUT, SYMMWIN_SIGNAL_WAIT] {
-        // SAFETY: a live window, no stream (host memory).
-        let status = unsafe { symmwin_window_signal(window, op, -1, 0, 100, null_mut()) };
-        assert_eq!(status, SymmwinInvalidArgument);
-        assert!(last_error().contains("rank -1 out of range"));
+        for peer in [-1, 1 << 32] {
+            // SAFETY: a live window, no stream (host memory).
+            let status = unsafe { symmwin_window_signal(window, op, peer, 0, 100, null_mut()) };
+            assert_eq!(status, SymmwinInvalidArgument);
+            assert!(
+                last_error().contains(&format!("peer {peer} is not a rank of the group")),
+                "{}",
+                last_error()
+            );
+        }
     }
     // SAFETY: as above.
     let status =
@@ -376,7 +385,7 @@ fn a_bad_engine_and_null_operands_are_refused() {
         stream: null_mut(),
     };
     // SAFETY: a live window for both operands, readable options.
-    let status = unsafe { symmwin_op_all_to_all(operand(window), operand(window), &opts) };
+    let status = unsafe { symmwin_op_all_to_all(operand(window), operand(window), 4, &opts) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(
         last_error().contains("unknown engine code 9"),
@@ -384,7 +393,7 @@ fn a_bad_engine_and_null_operands_are_refused() {
         last_error()
     );
     // SAFETY: a NULL window is what is under test; NULL options are the defaults.
-    let status = unsafe { symmwin_op_all_to_all(operand(null()), operand(window), null()) };
+    let status = unsafe { symmwin_op_all_to_all(operand(null()), operand(window), 4, null()) };
     assert_eq!(status, SymmwinInvalidArgument);
     assert!(last_error().contains("window is NULL"), "{}", last_error());
     release_host_window(ptr, window);
@@ -432,4 +441,190 @@ fn a_failing_store_call_reports_the_stores_own_reason() {
     assert!(message.contains("(c10d store: set("), "{message}");
     assert!(message.contains(reason), "{message}");
     assert_eq!(symmwin_free(ptr), SymmwinOk);
+}
+
+/// An operand of `len` bytes at the start of `window`.
+fn whole(window: *const SymmwinWindow, len: usize) -> SymmwinOperand {
+    SymmwinOperand {
+        window,
+        offset: 0,
+        len,
+        in_pads: 0,
+    }
+}
+
+fn assert_refused(status: SymmwinStatus, needle: &str) {
+    assert_eq!(status, SymmwinInvalidArgument, "{}", last_error());
+    assert!(last_error().contains(needle), "{}", last_error());
+}
+
+#[test]
+fn ranks_travel_at_64_bits_and_the_core_refuses_them_whole() {
+    let (ptr, window) = host_window("abi-wide-ranks", 4096);
+    let opts = SymmwinOpOptions {
+        engine: 0,
+        timeout_ms: 100,
+        stream: null_mut(),
+    };
+    let buf = whole(window, 64);
+    // Narrowed to 32 bits, each of these would be rank 0 (the only rank there is) or 1.
+    for rank in [1i64 << 32, (1 << 33) + 1, -(1 << 32)] {
+        let needle = |what| format!("{what} {rank} is not a rank of the group");
+        // SAFETY: a live window, readable options.
+        unsafe {
+            assert_refused(symmwin_op_broadcast(buf, rank, &opts), &needle("root"));
+            assert_refused(symmwin_op_put_get(buf, rank, 1, &opts), &needle("peer"));
+            assert_refused(symmwin_op_put_get(buf, rank, 0, &opts), &needle("peer"));
+            let sig = SymmwinOperand {
+                offset: 64,
+                len: 8,
+                ..buf
+            };
+            let status = symmwin_op_put_with_signal(buf, sig, 1, rank, &opts);
+            assert_refused(status, &needle("peer"));
+            let src = [0u8; 64];
+            let status = symmwin_op_put_signal(src.as_ptr().cast(), 64, buf, rank, &opts);
+            assert_refused(status, &needle("peer"));
+            assert_refused(symmwin_op_wait_signal(window, rank, &opts), &needle("peer"));
+            let (ins, roots) = ([buf], [rank]);
+            let out = SymmwinOperand { offset: 128, ..buf };
+            let status = symmwin_op_tile_reduce(
+                ins.as_ptr(),
+                1,
+                roots.as_ptr(),
+                out,
+                1,
+                16,
+                16,
+                SYMMWIN_ELEM_F32,
+                c"sum".as_ptr(),
+                &opts,
+            );
+            assert_refused(status, &needle("root"));
+        }
+    }
+    // SAFETY: as above; rank 0 itself is fine.
+    let status = unsafe { symmwin_op_put_get(buf, 0, 1, &opts) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    release_host_window(ptr, window);
+}
+
+#[test]
+fn aliased_all_to_all_operands_and_sliced_elements_are_refused() {
+    let (ptr, window) = host_window("abi-a2a-alias", 4096);
+    // SAFETY: a live window for both operands, default options.
+    unsafe {
+        let status = symmwin_op_all_to_all(whole(window, 64), whole(window, 64), 4, null());
+        assert_refused(
+            status,
+            "out (bytes 0..64 of its window) overlaps input (bytes 0..64)",
+        );
+        let shifted = SymmwinOperand {
+            offset: 32,
+            ..whole(window, 64)
+        };
+        let status = symmwin_op_all_to_all(whole(window, 64), shifted, 4, null());
+        assert_refused(status, "overlaps input");
+        let apart = SymmwinOperand {
+            offset: 64,
+            ..whole(window, 64)
+        };
+        let status = symmwin_op_all_to_all(whole(window, 64), apart, 4, null());
+        assert_eq!(status, SymmwinOk, "{}", last_error());
+        let status = symmwin_op_all_to_all(
+            whole(window, 6),
+            SymmwinOperand { len: 6, ..apart },
+            4,
+            null(),
+        );
+        assert_refused(status, "6 bytes are not a whole number of 4-byte elements");
+    }
+    release_host_window(ptr, window);
+}
+
+#[test]
+fn a_wait_for_signal_on_memory_no_peer_can_write_is_refused_at_once() {
+    let name = c("abi-wait-for-signal");
+    let (ptr, window) = {
+        assert_eq!(host_group(&name, None, 1), SymmwinOk, "{}", last_error());
+        let mut ptr = null_mut();
+        // SAFETY: `ptr` is writable.
+        assert_eq!(unsafe { symmwin_alloc(-1, 4096, &mut ptr) }, SymmwinOk);
+        let mut window = null_mut();
+        // SAFETY: a live allocation, a NUL-terminated name, a writable out.
+        let status = unsafe { symmwin_rendezvous(ptr, name.as_ptr(), -1, 64, &mut window) };
+        assert_eq!(status, SymmwinOk, "{}", last_error());
+        (ptr, window)
+    };
+    let opts = SymmwinOpOptions {
+        engine: 0,
+        timeout_ms: 5_000,
+        stream: null_mut(),
+    };
+    let wait = |word: *mut c_void, peer: i64| {
+        let started = std::time::Instant::now();
+        // SAFETY: a NUL-terminated name; the word is only compared before any wait.
+        let status = unsafe { symmwin_op_wait_for_signal(word, name.as_ptr(), -1, 1, peer, &opts) };
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "it waited"
+        );
+        status
+    };
+    let mut stack_word = 0u64;
+    let stack = (&raw mut stack_word).cast::<c_void>();
+    assert_refused(wait(stack, 0), "is not symmetric memory of group");
+    let mut plain = vec![0u64; 4];
+    assert_refused(
+        wait(plain.as_mut_ptr().cast(), 0),
+        "is not symmetric memory",
+    );
+    for peer in [1, -1, 1 << 32] {
+        assert_refused(
+            wait(ptr, peer),
+            &format!("peer {peer} is not a rank of the group"),
+        );
+    }
+    // SAFETY: a NUL-terminated name for a group never registered.
+    let status =
+        unsafe { symmwin_op_wait_for_signal(ptr, c"abi-nowhere".as_ptr(), -1, 1, 0, &opts) };
+    assert_refused(status, "group abi-nowhere is not registered");
+    // Symmetric words whose signal has come: an allocation and this rank's pad.
+    let mut pad = null_mut();
+    // SAFETY: a live window and a writable out.
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 0, &mut pad) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    for word in [ptr, pad] {
+        // SAFETY: an 8-byte aligned word of a live allocation or pad of this process.
+        unsafe { word.cast::<u64>().write_volatile(1) };
+        assert_eq!(wait(word, 0), SymmwinOk, "{}", last_error());
+        // SAFETY: as above; the wait consumed the signal.
+        assert_eq!(unsafe { word.cast::<u64>().read_volatile() }, 0);
+    }
+    release_host_window(ptr, window);
+}
+
+#[test]
+fn devices_below_host_are_refused_free_of_null_is_a_no_op_and_success_clears_the_error() {
+    for device in [-2, -3, c_int::MIN] {
+        let mut ptr = null_mut();
+        // SAFETY: `ptr` is writable.
+        let status = unsafe { symmwin_alloc(device, 4096, &mut ptr) };
+        assert_refused(
+            status,
+            &format!("device {device} is neither a CUDA device (0 or more) nor host memory (-1)"),
+        );
+        assert!(ptr.is_null());
+    }
+    assert!(!last_error().is_empty());
+    assert_eq!(symmwin_free(null_mut()), SymmwinOk, "{}", last_error());
+    assert_eq!(last_error(), "", "a success leaves no stale message");
+    // A failure then a success of another entry point: the message goes too.
+    assert_refused(
+        symmwin_free(8usize as *mut c_void),
+        "is not a live symmwin allocation",
+    );
+    assert_eq!(symmwin_init(), SymmwinOk);
+    assert_eq!(last_error(), "");
+    assert_eq!(symmwin_abi_version(), SYMMWIN_ABI_VERSION);
 }

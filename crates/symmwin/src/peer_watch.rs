@@ -238,6 +238,23 @@ fn gone(pid: u32) -> bool {
     )
 }
 
+/// The first of `peers` (rank and pid) that has ended, as the error of a wait for it in
+/// `phase`.
+pub(crate) fn first_exited(
+    phase: crate::error::Phase,
+    peers: impl IntoIterator<Item = (usize, u32)>,
+) -> Option<crate::error::Error> {
+    peers.into_iter().find_map(|(rank, pid)| {
+        let exit = exit_of(pid)?;
+        let kind = crate::error::ErrorKind::PeerExited {
+            rank,
+            pid,
+            how: exit.how,
+        };
+        Some(crate::error::Error::new(phase, kind).with_peer(rank))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,21 +303,4 @@ mod tests {
         let watched = watch([std::process::id(), 0]);
         assert!(watched.pids.is_empty());
     }
-}
-
-/// The first of `peers` (rank and pid) that has ended, as the error of a wait for it in
-/// `phase`.
-pub(crate) fn first_exited(
-    phase: crate::error::Phase,
-    peers: impl IntoIterator<Item = (usize, u32)>,
-) -> Option<crate::error::Error> {
-    peers.into_iter().find_map(|(rank, pid)| {
-        let exit = exit_of(pid)?;
-        let kind = crate::error::ErrorKind::PeerExited {
-            rank,
-            pid,
-            how: exit.how,
-        };
-        Some(crate::error::Error::new(phase, kind).with_peer(rank))
-    })
 }

@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{mappings, open_fds, result, Job};
+use symmwin::ops::collective::{self, Operand};
+use symmwin::ops::plan::Shape;
+use symmwin::ops::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 use symmwin::provider::SharedHandle;
 use symmwin::store::Namespace;
 use symmwin::testing::Endpoint;
@@ -646,9 +649,167 @@ const CASES: &[Case] = &[
         },
         &["corrupt store value for key n: counter is not an integer"],
     ),
+    // --- op arguments, at world 2 (refused on the calling rank before any signal)
+    (
+        "op ranks beyond 32 bits",
+        ranks_beyond_32_bits,
+        &[
+            "broadcast: Some(\"invalid argument: root 4294967296 is not a rank of the group (0 to 1, world size 2)\")",
+            "put: Some(\"invalid argument: peer 4294967297 is not a rank",
+            "get: Some(\"invalid argument: peer -1 is not a rank",
+            "wait_signal: Some(\"invalid argument: peer 4294967297 is not a rank",
+            "put_with_signal: Some(\"invalid argument: peer 4294967297 is not a rank",
+            "put_signal: Some(\"invalid argument: peer 4294967297 is not a rank",
+            "tile_reduce: Some(\"invalid argument: root 4294967296 is not a rank",
+            "wait_for_signal: Some(\"invalid argument: peer 4294967298 is not a rank",
+        ],
+    ),
+    (
+        "all_to_all of 9 floats at world 2",
+        |c| {
+            let w = &c.pair.windows[0];
+            let (input, out) = (Operand::new(w, 0, 36), Operand::new(w, 2048, 36));
+            err(collective::all_to_all(input, out, 4, &OpOptions::default()))
+        },
+        &["all_to_all: 9 elements do not split evenly among the 2 ranks"],
+    ),
+    (
+        "aliased and overlapping operands",
+        |c| aliased_operands(&c.pair.windows[0]),
+        &[
+            "all_to_all: out (bytes 0..64 of its window) overlaps input (bytes 0..64)",
+            "all_to_all: out (bytes 32..96 of its window) overlaps input (bytes 0..64)",
+            "all_to_all_vdev: out (bytes 0..96 of its window) overlaps input",
+            "all_to_all_vdev: out_splits_offsets (bytes 1024..1056 of its window) overlaps in_splits",
+            "put_with_signal: sigpad (bytes 56..64 of its window) overlaps tensor",
+            "tile_reduce: out_tile (bytes 0..64 of its window) overlaps in_tiles[0]",
+        ],
+    ),
+    (
+        "in_splits of 3 entries at world 2",
+        |c| {
+            let w = &c.pair.windows[0];
+            let rows = Rows {
+                row_bytes: 16,
+                in_rows: 4,
+                out_rows: 4,
+            };
+            err(collective::all_to_all_v(
+                Shape::Flat,
+                Operand::new(w, 0, 64),
+                Operand::new(w, 128, 64),
+                Operand::new(w, 1024, 24),
+                Operand::new(w, 1088, 32),
+                rows,
+                &OpOptions::default(),
+            ))
+        },
+        &["in_splits must have 2 entries, the group size, not 3"],
+    ),
 ];
 
 // ------------------------------------------------------------------ case helpers
+
+/// Every op with a rank argument, given ranks that a 32-bit narrowing would turn into
+/// rank 0 or 1 of the world-2 window `w` (and -1): each error, one per line.
+fn ranks_beyond_32_bits(c: &Ctx) -> String {
+    let w = &c.pair.windows[0];
+    let opts = OpOptions::default();
+    let kind = |r: symmwin::Result<()>| r.map_err(|e| e.kind().to_string()).err();
+    let buf = Operand::new(w, 0, 64);
+    let (root, peer) = (1i64 << 32, (1i64 << 32) + 1);
+    let tile = Tile {
+        rows: 1,
+        cols: 16,
+        row_stride: 16,
+        elem: ElemType::F32,
+    };
+    let src = [0u8; 64];
+    let registry = Registry::new();
+    let mut lines = vec![
+        format!(
+            "broadcast: {:?}",
+            kind(collective::broadcast(buf, root, &opts))
+        ),
+        format!(
+            "put: {:?}",
+            kind(collective::put_or_get(buf, peer, true, &opts))
+        ),
+        format!(
+            "get: {:?}",
+            kind(collective::put_or_get(buf, -1i64, false, &opts))
+        ),
+        format!(
+            "wait_signal: {:?}",
+            kind(collective::wait_signal(w, peer, &opts))
+        ),
+    ];
+    let sig = Operand::new(w, 64, 8);
+    let put_with_signal = collective::put_with_signal(buf, sig, 1, peer, &opts);
+    lines.push(format!("put_with_signal: {:?}", kind(put_with_signal)));
+    // SAFETY (test): `src` is 64 readable bytes of host memory for the call.
+    let put_signal = unsafe { collective::put_signal(src.as_ptr() as usize, 64, buf, peer, &opts) };
+    lines.push(format!("put_signal: {:?}", kind(put_signal)));
+    let ins = [Operand::new(w, 0, 64)];
+    let reduce = collective::tile_reduce(
+        &ins,
+        &[root],
+        Operand::new(w, 128, 64),
+        tile,
+        ReduceOp::Sum,
+        &opts,
+    );
+    lines.push(format!("tile_reduce: {:?}", kind(reduce)));
+    // A world-2 group of its own for the wait by address (no rendezvous needed).
+    let g = group(c, Arc::new(MemoryStore::new()), "wait-by-address", 0, 2);
+    let word = src.as_ptr() as usize;
+    // SAFETY (test): the peer is refused before the word is looked at.
+    let wait = unsafe { collective::wait_for_signal_at(&registry, &g, word, 1, peer + 1, &opts) };
+    lines.push(format!("wait_for_signal: {:?}", kind(wait)));
+    lines.join("\n")
+}
+
+/// Ops whose written operand shares bytes with another operand of the same window.
+fn aliased_operands(w: &Window) -> String {
+    let opts = OpOptions::default();
+    let at = |offset, len| Operand::new(w, offset, len);
+    let rows = Rows {
+        row_bytes: 16,
+        in_rows: 4,
+        out_rows: 6,
+    };
+    let tile = Tile {
+        rows: 1,
+        cols: 16,
+        row_stride: 16,
+        elem: ElemType::F32,
+    };
+    let vdev = |out: Operand, so: Operand| {
+        collective::all_to_all_v(Shape::Flat, at(0, 64), out, at(1024, 16), so, rows, &opts)
+    };
+    [
+        err(collective::all_to_all(at(0, 64), at(0, 64), 4, &opts)),
+        err(collective::all_to_all(at(0, 64), at(32, 64), 4, &opts)),
+        err(vdev(at(0, 96), at(2048, 32))),
+        err(vdev(at(256, 96), at(1024, 32))),
+        err(collective::put_with_signal(
+            at(0, 64),
+            at(56, 8),
+            1,
+            1usize,
+            &opts,
+        )),
+        err(collective::tile_reduce(
+            &[at(0, 64)],
+            &[0usize],
+            at(0, 64),
+            tile,
+            ReduceOp::Sum,
+            &opts,
+        )),
+    ]
+    .join("\n")
+}
 
 fn huge_span(c: &Ctx) -> String {
     // 64 TiB fits the address space once, but the window needs two of them.

@@ -226,6 +226,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
             collective::all_to_all(
                 Operand::new(&input, 0, len),
                 Operand::new(&out, 0, len),
+                1,
                 &opts,
             )
             .unwrap();

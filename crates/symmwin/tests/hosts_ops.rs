@@ -67,8 +67,8 @@ impl Run<'_> {
     fn all_to_all(&self) -> Vec<u8> {
         self.reset();
         let len = self.world * 96;
-        collective::all_to_all(self.op(INP, len), self.op(OUT, len), &OpOptions::default())
-            .unwrap();
+        let opts = OpOptions::default();
+        collective::all_to_all(self.op(INP, len), self.op(OUT, len), 1, &opts).unwrap();
         self.read(OUT, len)
     }
 

@@ -182,7 +182,8 @@ fn received_splits_larger_than_out_fail_on_the_receiver_only_and_write_nothing()
             assert!(field(&r, "peer").starts_with("Some("), "{r}");
             let message = field(&r, "message");
             assert!(
-                message.contains("sends_3_rows") && message.contains("room_for_2_rows"),
+                message.contains("sends_3_rows,_to_out_rows_0..3,")
+                    && message.contains("which_do_not_fit_an_out_of_2_rows"),
                 "{r}"
             );
         }

@@ -4,12 +4,17 @@
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Phase, Result};
+use std::sync::Arc;
+
+use crate::group::Group;
 use crate::provider::{Provider, StreamHandle};
+use crate::registry::Registry;
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 use super::plan::{in_table_len, Shape};
+use super::rank::Rank;
 use super::request::{OpRequest, TileReduce, Transfer};
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
@@ -113,15 +118,6 @@ fn context(window: &Window, opts: &OpOptions) -> Result<OpContext> {
     })
 }
 
-fn peer_arg(peer: usize, world: usize, what: &str) -> Result<usize> {
-    if peer < world {
-        return Ok(peer);
-    }
-    Err(Error::invalid(format!(
-        "{what} {peer} out of range for world size {world}"
-    )))
-}
-
 /// Whose memory an op loads from or stores to.
 #[derive(Clone, Copy)]
 enum Reach {
@@ -175,20 +171,23 @@ unsafe fn execute(window: &Window, reach: Reach, opts: &OpOptions, op: &OpReques
 }
 
 /// Equal-split all-to-all (torch's `nvshmem_all_to_all`): `input` and `out` hold the
-/// same bytes, a multiple of the world size.
-pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> {
+/// same bytes, a whole number of `elem_size`-byte elements that splits evenly among
+/// the world size (a byte count that does would slice elements).
+pub fn all_to_all(input: Operand, out: Operand, elem_size: usize, opts: &OpOptions) -> Result<()> {
     let w = input.window;
     let check = || {
         same_group(w, out.window, "out")?;
         let world = w.world();
-        if input.len != out.len || input.len % world != 0 {
+        if input.len != out.len {
             return Err(Error::invalid(format!(
-                "all_to_all: input ({} bytes) and out ({} bytes) must be equal and a \
-                 multiple of the world size {world}",
+                "all_to_all: input ({} bytes) and out ({} bytes) must be of the same size",
                 input.len, out.len
             )));
         }
-        Ok((input.symm("input")?, out.symm("out")?, input.len / world))
+        let per_peer = equal_chunk(input.len, elem_size, world)?;
+        let (i, o) = (input.symm("input")?, out.symm("out")?);
+        refuse_overlap("all_to_all", ("out", &o), ("input", &i))?;
+        Ok((i, o, per_peer))
     };
     let (i, o, per_peer) = check().map_err(|e| w.context(e))?;
     let op = OpRequest::AllToAll {
@@ -198,6 +197,53 @@ pub fn all_to_all(input: Operand, out: Operand, opts: &OpOptions) -> Result<()> 
     };
     // SAFETY: both operands were checked to lie in their live windows of one group.
     unsafe { execute(w, Reach::Everyone, opts, &op) }
+}
+
+/// Bytes each rank sends each peer in an equal-split all-to-all of `len` bytes of
+/// `elem_size`-byte elements: the element count must split evenly among the world.
+fn equal_chunk(len: usize, elem_size: usize, world: usize) -> Result<usize> {
+    if elem_size == 0 || len % elem_size != 0 {
+        return Err(Error::invalid(format!(
+            "all_to_all: {len} bytes are not a whole number of {elem_size}-byte elements"
+        )));
+    }
+    let elems = len / elem_size;
+    if elems % world != 0 {
+        return Err(Error::invalid(format!(
+            "all_to_all: {elems} elements do not split evenly among the {world} ranks: input \
+             and out must hold a multiple of {world} elements"
+        )));
+    }
+    Ok(elems / world * elem_size)
+}
+
+/// Refuse an op whose `written` operand shares bytes with `other` on this rank: a
+/// peer may still read (or this rank still need) those bytes while the op writes
+/// them, so the result would not be exact. Operands of different windows (or of a
+/// window and its pads) never share memory.
+fn refuse_overlap(op: &str, written: (&str, &SymmBuf), other: (&str, &SymmBuf)) -> Result<()> {
+    let (a, b) = (written.1, other.1);
+    let shares = a.len > 0
+        && b.len > 0
+        && a.layout == b.layout
+        && a.offset < b.offset.saturating_add(b.len)
+        && b.offset < a.offset.saturating_add(a.len);
+    if !shares {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{op}: {} (bytes {}..{} of its window) overlaps {} (bytes {}..{}): the op writes \
+         {} while it still reads {}, so it cannot give the exact result; use separate \
+         buffers",
+        written.0,
+        a.offset,
+        a.offset + a.len,
+        other.0,
+        b.offset,
+        b.offset + b.len,
+        written.0,
+        other.0
+    )))
 }
 
 /// The all-to-all-v family: the shape picks the op; `splits` is `in_splits`
@@ -240,31 +286,15 @@ fn var_args(
         return Err(Error::invalid("major_align must be positive"));
     }
     let world = w.world();
-    let per_expert = match shape {
-        Shape::Combine => 2 * world * I64,
-        _ => world * I64,
-    };
-    if splits.len == 0 || splits.len % per_expert != 0 {
-        return Err(Error::invalid(format!(
-            "in_splits: {} bytes is not a positive multiple of {} int64 values (world size {world})",
-            splits.len,
-            per_expert / I64
-        )));
-    }
-    let experts = splits.len / per_expert;
-    if shape == Shape::Flat && experts != 1 {
-        return Err(Error::invalid(format!(
-            "in_splits must hold {world} int64 values (one per rank), not {}",
-            splits.len / I64
-        )));
-    }
+    let experts = experts_per_rank(shape, splits.len, world)?;
     debug_assert_eq!(in_table_len(shape, world, experts) * I64, splits.len);
-    let want = 2 * world * experts * I64;
-    if out_splits_offsets.len != want {
+    let want = 2 * world * experts;
+    if out_splits_offsets.len != want * I64 {
         return Err(Error::invalid(format!(
-            "out_splits_offsets must hold 2 x {} int64 values, not {} bytes",
+            "out_splits_offsets must have 2 x {} entries (shape [2, {}]), not {}",
             world * experts,
-            out_splits_offsets.len
+            world * experts,
+            entries(out_splits_offsets.len)
         )));
     }
     for (op, what) in [
@@ -276,14 +306,65 @@ fn var_args(
         }
     }
     check_rows(&rows, input.len, out.len)?;
-    Ok(VarArgs {
+    let args = VarArgs {
         input: input.symm("input")?,
         out: out.symm("out")?,
         in_splits: splits.symm("in_splits")?,
         out_splits_offsets: out_splits_offsets.symm("out_splits_offsets")?,
         rows,
         experts_per_rank: experts,
-    })
+    };
+    refuse_var_overlap(shape, &args)?;
+    Ok(args)
+}
+
+/// The all-to-all-v family writes `out` and `out_splits_offsets`: neither may share
+/// bytes with any other operand.
+fn refuse_var_overlap(shape: Shape, args: &VarArgs) -> Result<()> {
+    let name = OpRequest::AllToAllV { shape, args }.name();
+    let operands = [
+        ("input", &args.input),
+        ("in_splits", &args.in_splits),
+        ("out", &args.out),
+        ("out_splits_offsets", &args.out_splits_offsets),
+    ];
+    for written in &operands[2..] {
+        for other in operands.iter().filter(|o| o.0 != written.0) {
+            refuse_overlap(name, *written, *other)?;
+        }
+    }
+    Ok(())
+}
+
+/// `len` bytes of an int64 table as a count of entries for a message.
+fn entries(len: usize) -> String {
+    if len % I64 == 0 {
+        (len / I64).to_string()
+    } else {
+        format!("{len} bytes")
+    }
+}
+
+/// Experts per rank, from the length of `in_splits` (`in_splits_offsets` for
+/// combine), which is checked first: every other table's length follows from it.
+fn experts_per_rank(shape: Shape, len: usize, world: usize) -> Result<usize> {
+    let n = entries(len);
+    match shape {
+        Shape::Flat if len == world * I64 => Ok(1),
+        Shape::Flat => Err(Error::invalid(format!(
+            "in_splits must have {world} entries, the group size, not {n}"
+        ))),
+        Shape::Dispatch { .. } if len > 0 && len % (world * I64) == 0 => Ok(len / (world * I64)),
+        Shape::Dispatch { .. } => Err(Error::invalid(format!(
+            "in_splits must have a positive multiple of {world} entries (the group size \
+             times the experts per rank), not {n}"
+        ))),
+        Shape::Combine if len > 0 && len % (2 * world * I64) == 0 => Ok(len / (2 * world * I64)),
+        Shape::Combine => Err(Error::invalid(format!(
+            "in_splits_offsets must have 2 x a positive multiple of {world} entries (the \
+             group size times the experts per rank), not {n}"
+        ))),
+    }
 }
 
 fn check_rows(rows: &Rows, in_len: usize, out_len: usize) -> Result<()> {
@@ -302,9 +383,9 @@ fn check_rows(rows: &Rows, in_len: usize, out_len: usize) -> Result<()> {
 }
 
 /// Copy `root`'s `buf` into every rank's `buf` (torch's `nvshmem_broadcast`).
-pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
+pub fn broadcast(buf: Operand, root: impl Into<Rank>, opts: &OpOptions) -> Result<()> {
     let w = buf.window;
-    let check = || Ok((buf.symm("input")?, peer_arg(root, w.world(), "root")?));
+    let check = || Ok((buf.symm("input")?, root.into().in_group(w.world(), "root")?));
     let (b, root) = check().map_err(|e: Error| w.context(e))?;
     let op = OpRequest::Broadcast {
         buf: &b,
@@ -316,9 +397,19 @@ pub fn broadcast(buf: Operand, root: usize, opts: &OpOptions) -> Result<()> {
 }
 
 /// One-sided put (`into_peer`) or get of `buf` between this rank and `peer`.
-pub fn put_or_get(buf: Operand, peer: usize, into_peer: bool, opts: &OpOptions) -> Result<()> {
+pub fn put_or_get(
+    buf: Operand,
+    peer: impl Into<Rank>,
+    into_peer: bool,
+    opts: &OpOptions,
+) -> Result<()> {
     let w = buf.window;
-    let check = || Ok((buf.symm("tensor")?, peer_arg(peer, w.world(), "peer")?));
+    let check = || {
+        Ok((
+            buf.symm("tensor")?,
+            peer.into().in_group(w.world(), "peer")?,
+        ))
+    };
     let (b, peer) = check().map_err(|e: Error| w.context(e))?;
     let transfer = Transfer {
         buf: &b,
@@ -353,17 +444,15 @@ pub fn put_with_signal(
     buf: Operand,
     sig: Operand,
     value: u64,
-    peer: usize,
+    peer: impl Into<Rank>,
     opts: &OpOptions,
 ) -> Result<()> {
     let w = buf.window;
     let check = || {
         same_group(w, sig.window, "sigpad")?;
-        Ok((
-            buf.symm("tensor")?,
-            signal_word(&sig)?,
-            peer_arg(peer, w.world(), "peer")?,
-        ))
+        let (b, s) = (buf.symm("tensor")?, signal_word(&sig)?);
+        refuse_overlap("put_with_signal", ("sigpad", &s), ("tensor", &b))?;
+        Ok((b, s, peer.into().in_group(w.world(), "peer")?))
     };
     let (b, s, peer) = check().map_err(|e: Error| w.context(e))?;
     let op = OpRequest::PutWithSignal {
@@ -380,60 +469,99 @@ pub fn put_with_signal(
 }
 
 /// Wait until this rank's 64-bit `sig` equals `value`, then reset it to zero.
-pub fn wait_for_signal(sig: Operand, value: u64, peer: usize, opts: &OpOptions) -> Result<()> {
+pub fn wait_for_signal(
+    sig: Operand,
+    value: u64,
+    peer: impl Into<Rank>,
+    opts: &OpOptions,
+) -> Result<()> {
     let w = sig.window;
     let check = || {
         let word = signal_word(&sig)?.addr(w.rank())?;
-        Ok((word, peer_arg(peer, w.world(), "peer")?))
+        Ok((word, peer.into().in_group(w.world(), "peer")?))
     };
     let (word, peer) = check().map_err(|e: Error| w.context(e))?;
-    let timeout = w.timeout(opts.timeout);
-    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
-    unsafe {
-        wait_for_signal_at(
-            w.provider(),
-            word,
-            value,
-            w.rank(),
-            peer,
-            timeout,
-            opts.stream,
-        )
-    }
-    .map_err(|e| w.context(e))
-}
-
-/// [`wait_for_signal`] on a word given by address (a view of a signal pad).
-///
-/// # Safety
-/// `word` must be a live `u64` of `provider`'s memory in this process, accessed only
-/// atomically until the wait returns (for CUDA: until it completes on its stream).
-pub unsafe fn wait_for_signal_at(
-    provider: &dyn Provider,
-    word: usize,
-    value: u64,
-    rank: usize,
-    peer: usize,
-    timeout: Duration,
-    stream: StreamHandle,
-) -> Result<()> {
-    if word == 0 || word % 8 != 0 {
-        return Err(Error::invalid(format!(
-            "sigpad at {word:#x} is not an 8-byte aligned 64-bit word"
-        ))
-        .at_rank(rank));
-    }
-    // SAFETY: a propagation of the caller's assertion.
     let wait = SignalWait {
         word,
         value,
-        rank,
+        rank: w.rank(),
         peer,
-        timeout,
-        stream,
+        timeout: w.timeout(opts.timeout),
+        stream: opts.stream,
     };
-    // SAFETY: as above.
-    unsafe { provider.ops().wait_for_signal(&wait) }
+    // SAFETY: the word was checked to lie, aligned, in this rank's live window.
+    unsafe { w.provider().ops().wait_for_signal(&wait) }.map_err(|e| w.context(e))
+}
+
+/// [`wait_for_signal`] on a word given by address, as torch's `wait_for_signal` gives
+/// it (a tensor, possibly a view of a signal pad): the 8-byte aligned word must lie in
+/// symmetric memory of this process on `group`'s device (a live allocation of
+/// `registry` or one of `group`'s signal pads), and `peer` must be a rank of `group`.
+/// Anything else is refused at once: a wait on memory no peer can write would only
+/// run out its timeout.
+///
+/// # Safety
+/// The word is accessed only atomically until the wait returns (for CUDA: until it
+/// completes on its stream, and the memory must stay allocated until then).
+pub unsafe fn wait_for_signal_at(
+    registry: &Registry,
+    group: &Group,
+    word: usize,
+    value: u64,
+    peer: impl Into<Rank>,
+    opts: &OpOptions,
+) -> Result<()> {
+    let go = || {
+        let peer = peer.into().in_group(group.world(), "peer")?;
+        if word == 0 || word % 8 != 0 {
+            return Err(Error::invalid(format!(
+                "wait_for_signal: sigpad at {word:#x} is not an 8-byte aligned 64-bit word"
+            )));
+        }
+        let (provider, _keep_alive) = symmetric_word(registry, group, word)?;
+        let shared = &group.shared;
+        let timeout = opts.timeout.unwrap_or_else(|| {
+            (provider.info().kind).wait_limit(shared.timeout, shared.device_timeout)
+        });
+        let wait = SignalWait {
+            word,
+            value,
+            rank: group.rank(),
+            peer,
+            timeout,
+            stream: opts.stream,
+        };
+        // SAFETY: the word lies, aligned, in live symmetric memory of `provider` held
+        // by `_keep_alive` for the call; the caller vouches for stream-ordered waits.
+        unsafe { provider.ops().wait_for_signal(&wait) }
+    };
+    go().map_err(|e| group.shared.context(e))
+}
+
+/// What proves `word` is symmetric memory of `group`'s device: the provider to wait
+/// with, and the allocation or pad pool that keeps the word mapped meanwhile.
+fn symmetric_word(
+    registry: &Registry,
+    group: &Group,
+    word: usize,
+) -> Result<(Arc<dyn Provider>, Box<dyn std::any::Any>)> {
+    let info = group.provider().info();
+    if let Some((alloc, offset)) = registry.find(word) {
+        let fits = offset.checked_add(8).is_some_and(|end| end <= alloc.size());
+        if fits && alloc.provider().info() == info {
+            return Ok((alloc.provider().clone(), Box::new(alloc)));
+        }
+    }
+    if let Some(pool) = group.shared.pads.holding(group.rank(), word, 8) {
+        return Ok((group.provider().clone(), Box::new(pool)));
+    }
+    Err(Error::invalid(format!(
+        "wait_for_signal: sigpad at {word:#x} is not symmetric memory of group {:?} on {:?} \
+         memory (a symmwin allocation or a signal pad of this rank): no peer can signal it, \
+         so the wait could only time out",
+        group.name(),
+        info.kind
+    )))
 }
 
 /// Copy `len` bytes from this process's address `src` into `peer`'s `dst`, then signal
@@ -447,7 +575,7 @@ pub unsafe fn put_signal(
     src: usize,
     len: usize,
     dst: Operand,
-    peer: usize,
+    peer: impl Into<Rank>,
     opts: &OpOptions,
 ) -> Result<()> {
     let w = dst.window;
@@ -460,7 +588,7 @@ pub unsafe fn put_signal(
             )));
         }
         d.len = len;
-        Ok((d, peer_arg(peer, w.world(), "peer")?))
+        Ok((d, peer.into().in_group(w.world(), "peer")?))
     };
     let (d, peer) = check().map_err(|e: Error| w.context(e))?;
     let op = OpRequest::PutSignal {
@@ -474,8 +602,8 @@ pub unsafe fn put_signal(
 }
 
 /// Wait for `peer`'s [`put_signal`] on `window` (channel 0).
-pub fn wait_signal(window: &Window, peer: usize, opts: &OpOptions) -> Result<()> {
-    let peer = peer_arg(peer, window.world(), "peer").map_err(|e| window.context(e))?;
+pub fn wait_signal(window: &Window, peer: impl Into<Rank>, opts: &OpOptions) -> Result<()> {
+    let peer = (peer.into().in_group(window.world(), "peer")).map_err(|e| window.context(e))?;
     let mut options = SignalOptions::channel(0).stream(Stream::from_raw(opts.stream));
     if let Some(timeout) = opts.timeout {
         options = options.timeout(timeout);
@@ -485,15 +613,20 @@ pub fn wait_signal(window: &Window, peer: usize, opts: &OpOptions) -> Result<()>
 
 /// Tile reduce: rank `roots[i]` gets the reduction over all ranks of `ins[i]` in its
 /// `out` (torch's `tile_reduce` for one root, `multi_root_tile_reduce` for several).
-pub fn tile_reduce(
+pub fn tile_reduce<R: Copy + Into<Rank>>(
     ins: &[Operand],
-    roots: &[usize],
+    roots: &[R],
     out: Operand,
     tile: Tile,
     op: ReduceOp,
     opts: &OpOptions,
 ) -> Result<()> {
     let w = out.window;
+    let name = if ins.len() > 1 {
+        "multi_root_tile_reduce"
+    } else {
+        "tile_reduce"
+    };
     let check = || {
         if ins.len() != roots.len() || ins.is_empty() {
             return Err(Error::invalid(format!(
@@ -503,13 +636,15 @@ pub fn tile_reduce(
             )));
         }
         let mut seen = vec![false; w.world()];
+        let mut checked = Vec::with_capacity(roots.len());
         for &root in roots {
-            let r = peer_arg(root, w.world(), "root")?;
+            let r = root.into().in_group(w.world(), "root")?;
             if std::mem::replace(&mut seen[r], true) {
                 return Err(Error::invalid(format!(
                     "rank {r} is the root of more than one tile"
                 )));
             }
+            checked.push(r);
         }
         check_tile(&tile)?;
         let extent = tile.extent_bytes().unwrap_or(usize::MAX);
@@ -521,12 +656,16 @@ pub fn tile_reduce(
                 tile_buf(op, extent, &format!("in_tiles[{i}]"))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((bufs, tile_buf(&out, extent, "out_tile")?))
+        let o = tile_buf(&out, extent, "out_tile")?;
+        for (i, b) in bufs.iter().enumerate() {
+            refuse_overlap(name, ("out_tile", &o), (&format!("in_tiles[{i}]"), b))?;
+        }
+        Ok((bufs, o, checked))
     };
-    let (bufs, o) = check().map_err(|e: Error| w.context(e))?;
+    let (bufs, o, roots) = check().map_err(|e: Error| w.context(e))?;
     let op = OpRequest::TileReduce(TileReduce {
         ins: &bufs,
-        roots,
+        roots: &roots,
         out: &o,
         tile: &tile,
         op,

@@ -104,12 +104,7 @@ pub(super) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Re
 fn check_room(plan: &Plan, args: &VarArgs) -> Result<()> {
     for c in &plan.chunks {
         if c.out_row.saturating_add(c.rows) > args.rows.out_rows {
-            return Err(Error::invalid(format!(
-                "received splits do not fit out: rank {} sends {} rows to output row {}, \
-                 but out has room for {} rows",
-                c.src, c.rows, c.out_row, args.rows.out_rows
-            ))
-            .with_peer(c.src));
+            return Err(c.overruns_out(args.rows.out_rows));
         }
     }
     Ok(())

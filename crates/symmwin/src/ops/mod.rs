@@ -22,6 +22,7 @@ mod elem;
 mod engine;
 pub mod host;
 pub mod plan;
+mod rank;
 mod request;
 mod spanning;
 
@@ -29,6 +30,7 @@ pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, V
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
+pub use rank::Rank;
 pub use request::{OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, Result};

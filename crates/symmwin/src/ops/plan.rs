@@ -32,6 +32,22 @@ pub struct Chunk {
     pub rows: usize,
 }
 
+impl Chunk {
+    /// The error for a chunk that overruns an out of `out_rows` rows (every
+    /// implementation's wording), naming its sender.
+    pub fn overruns_out(&self, out_rows: usize) -> crate::Error {
+        crate::Error::invalid(format!(
+            "received splits do not fit out: rank {} sends {} rows, to out rows {}..{}, \
+             which do not fit an out of {out_rows} rows",
+            self.src,
+            self.rows,
+            self.out_row,
+            self.out_row.saturating_add(self.rows)
+        ))
+        .with_peer(self.src)
+    }
+}
+
 /// What one receiver does: its chunks, and the two rows of `out_splits_offsets`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {

@@ -149,6 +149,21 @@ impl PadPools {
         })
     }
 
+    /// The pool window whose pads of `rank` hold the `len` bytes at `addr`, if any: a
+    /// wait on a word given by address proves with it that the word is a signal pad,
+    /// and keeps the pad mapped while it waits.
+    pub(crate) fn holding(&self, rank: usize, addr: usize, len: usize) -> Option<Arc<PoolWindow>> {
+        let end = addr.checked_add(len)?;
+        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = sets.values().flat_map(|set| &set.pools);
+        pools
+            .find(|pool| {
+                let own = pool.layout.slot_range(rank, 0, pool.layout.stride);
+                own.is_ok_and(|own| own.start <= addr && end <= own.end)
+            })
+            .cloned()
+    }
+
     /// Number of pool windows across all pad sizes (for tests and diagnostics).
     pub(crate) fn pool_count(&self) -> usize {
         let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,7 +1,7 @@
 //! The all-to-all-v family across hosts: every rank learns every split table (through
 //! the window from mapped ranks, by message from the others) and plans from them.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 use super::super::args::{OpContext, VarArgs};
 use super::super::host::check_own_sends;
@@ -22,15 +22,6 @@ fn chunk_ranges(args: &VarArgs, me: usize, c: &Chunk) -> Result<(usize, usize, u
         .map_err(|e| e.with_peer(c.src))?;
     let dst = args.out.range(me, c.out_row * row, bytes)?;
     Ok((dst, src, bytes))
-}
-
-fn too_long(c: &Chunk, out_rows: usize) -> Error {
-    Error::invalid(format!(
-        "received splits do not fit out: rank {} sends {} rows to output row {}, but out \
-         has room for {out_rows} rows",
-        c.src, c.rows, c.out_row
-    ))
-    .with_peer(c.src)
 }
 
 impl SpanningOps<'_> {
@@ -108,7 +99,7 @@ impl SpanningOps<'_> {
                         };
                         moves.recv(c.src, scratch.ptr(0), bytes)?;
                     }
-                    first_error = first_error.and(Err(too_long(c, args.rows.out_rows)));
+                    first_error = first_error.and(Err(c.overruns_out(args.rows.out_rows)));
                 }
             }
         }
