@@ -49,8 +49,10 @@ struct Watcher {
     wake: OwnedFd,
 }
 
+static WATCHER: OnceLock<Option<Watcher>> = OnceLock::new();
+
+/// The watcher, started on first use (its eventfd and thread cost nothing until then).
 fn watcher() -> Option<&'static Watcher> {
-    static WATCHER: OnceLock<Option<Watcher>> = OnceLock::new();
     WATCHER
         .get_or_init(|| {
             let flags =
@@ -69,6 +71,11 @@ fn watcher() -> Option<&'static Watcher> {
             })
         })
         .as_ref()
+}
+
+/// The watcher if it was ever started: looking a pid up never starts it.
+fn started() -> Option<&'static Watcher> {
+    WATCHER.get().and_then(Option::as_ref)
 }
 
 fn entries(w: &Watcher) -> MutexGuard<'_, HashMap<u32, Entry>> {
@@ -90,6 +97,9 @@ pub struct Watched {
 pub fn watch(pids: impl IntoIterator<Item = u32>) -> Watched {
     let ours = std::process::id();
     let pids: Vec<u32> = pids.into_iter().filter(|&p| p != ours && p != 0).collect();
+    if pids.is_empty() {
+        return Watched::default();
+    }
     let Some(w) = watcher() else {
         return Watched::default();
     };
@@ -104,7 +114,7 @@ pub fn watch(pids: impl IntoIterator<Item = u32>) -> Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        let Some(w) = watcher() else { return };
+        let Some(w) = started() else { return };
         let mut map = entries(w);
         for pid in &self.pids {
             if let Some(entry) = map.get_mut(pid) {
@@ -121,7 +131,7 @@ impl Drop for Watched {
 
 /// How `pid` ended, if it is watched and has ended.
 pub fn exit_of(pid: u32) -> Option<PeerExit> {
-    let w = watcher()?;
+    let w = started()?;
     entries(w).get(&pid).and_then(|e| e.exit.clone())
 }
 

@@ -102,6 +102,32 @@ impl Endpoint {
         }
     }
 
+    /// After a gather through the store failed: a give-up notice some peer sent us
+    /// for call `seq` of `group`, if one is queued (what else is queued belongs to a
+    /// call that has failed here and is closed). The sender's pid cannot be checked
+    /// (its request may be the one we never read), but our uid and token are.
+    pub fn queued_give_up(&mut self, group: u64, seq: u64) -> Option<GaveUp> {
+        let mut found = None;
+        while let Ok(Some(raw)) = self.receive_one() {
+            if raw.uid != Some(self.uid) || raw.truncated {
+                continue;
+            }
+            let Ok((message, _)) = super::wire::decode_framed(&raw.bytes) else {
+                continue;
+            };
+            let ours = message.group == group && message.seq == seq;
+            if ours && message.payload == Payload::GaveUp && self.token.matches(&message.token) {
+                let blames = message.physical_size.checked_sub(1);
+                found.get_or_insert(GaveUp {
+                    seq,
+                    rank: message.sender as usize,
+                    blames: blames.and_then(|b| usize::try_from(b).ok()),
+                });
+            }
+        }
+        found
+    }
+
     /// Close every handle kept for a later rendezvous (the group is out of step, or
     /// those calls were skipped).
     pub fn forget_queued(&mut self) {

@@ -221,13 +221,6 @@ impl Endpoint {
             if missing.is_empty() && full.is_empty() {
                 return Ok(());
             }
-            let waited_for = missing
-                .iter()
-                .chain(&full)
-                .map(|&r| (r, round.peers[r].pid));
-            if let Some(exited) = crate::peer_watch::first_exited(Phase::Exchange, waited_for) {
-                return Err(exited);
-            }
             let now = Instant::now();
             if now >= deadline {
                 let mut waiting = missing;
@@ -235,15 +228,30 @@ impl Endpoint {
                 let fds_dropped = self.fds_dropped - fds_dropped_before;
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
+            // Death marks are read before the queue: a peer that sent its part and then
+            // exited is marked only after its message was queued, so it is read first.
+            let waited_for = missing
+                .iter()
+                .chain(&full)
+                .map(|&r| (r, round.peers[r].pid));
+            let exited = crate::peer_watch::first_exited(Phase::Exchange, waited_for);
             // While sends are pending, poll briefly so they are retried soon; otherwise
             // wake often enough to see a peer's death mark within a second.
-            let wait = if full.is_empty() {
-                DEATH_CHECK.min(deadline - now)
-            } else {
-                Duration::from_millis(1).min(deadline - now)
+            let wait = match (&exited, full.is_empty()) {
+                (Some(_), _) => Duration::ZERO,
+                (None, true) => DEATH_CHECK.min(deadline - now),
+                (None, false) => Duration::from_millis(1).min(deadline - now),
             };
             if self.wait_readable(wait)? {
                 self.receive_queued(round, traded)?;
+            }
+            if let Some(exited) =
+                exited.filter(|e| e.peer().is_some_and(|r| !traded.has(awaited, r)))
+            {
+                return Err(match self.fds_dropped > fds_dropped_before {
+                    true => timed_out(missing, self.fds_dropped - fds_dropped_before, timeout),
+                    false => exited,
+                });
             }
         }
     }

@@ -107,7 +107,25 @@ impl<'a> Rendezvous<'a> {
             own: result.as_ref().is_ok_and(|e| e.cacheable) || gave_up,
         };
         retire::retire_keys(self.shared, &mut self.state.stale_keys, Some(own_key), done);
-        result.map_err(|e| claim::explain(self.shared, seq, e))
+        result.map_err(|e| match self.peer_gave_up(seq, &e) {
+            Some(notice) => notice,
+            None => claim::explain(self.shared, seq, e),
+        })
+    }
+
+    /// A gather through the store that timed out may have waited for a peer that gave
+    /// the call up (and took its key back): its notice, naming whom it blamed, says
+    /// more than our timeout.
+    fn peer_gave_up(
+        &mut self,
+        seq: u64,
+        error: &crate::error::Error,
+    ) -> Option<crate::error::Error> {
+        if !error.is_timeout() || error.phase() != crate::error::Phase::Gather {
+            return None;
+        }
+        let notice = self.state.endpoint.queued_give_up(self.shared.id, seq)?;
+        Some(notice.error(self.shared.rank))
     }
 
     /// Export before publishing where the request needs the handle: a rank of a

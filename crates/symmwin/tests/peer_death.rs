@@ -1,0 +1,110 @@
+//! A local peer that exits (cleanly or killed) while a rank waits for it in a rendezvous
+//! is named within a second; one that is stopped (alive but slow) gets the whole
+//! timeout. Each case is one world-2 job of worker processes on the host provider.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{field, result, Job};
+use symmwin::{Allocation, ErrorKind};
+
+common::worker! { "wait_in_rendezvous" => wait_in_rendezvous }
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Both ranks make one window (so each knows the other's pid); then rank 1 does what
+/// `PEER` says (`exit`: exits 0; `hold`: sleeps, for the test to kill or stop) and rank
+/// 0 makes a second rendezvous alone, reporting how it ended and when.
+fn wait_in_rendezvous(rank: usize, world: usize) -> String {
+    let (group, provider) = common::join(rank, world);
+    let alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let window = group.rendezvous(&alloc).unwrap();
+    if rank == 1 {
+        if std::env::var("PEER").as_deref() == Ok("exit") {
+            std::process::exit(0);
+        }
+        std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    }
+    let next = Allocation::new(provider, 4096).unwrap();
+    let started = Instant::now();
+    let err = group.rendezvous(&next).unwrap_err();
+    drop(window);
+    let exited = match err.kind() {
+        ErrorKind::PeerExited { rank, how, .. } => format!("rank{rank}:{}", how.replace(' ', "_")),
+        _ => "no".into(),
+    };
+    format!(
+        "at={} waited={:.3} exited={exited} timeout={} msg={}",
+        unix_ms(),
+        started.elapsed().as_secs_f64(),
+        err.is_timeout(),
+        err.to_string().replace(' ', "_")
+    )
+}
+
+/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
+fn run(peer: &str, timeout_ms: u64, act: impl FnOnce(&mut common::Ranks)) -> (String, u128) {
+    let job = Job::new(&format!("death-{peer}"));
+    let ready = job.dir.join("ready");
+    let env = [
+        ("PEER", peer.to_owned()),
+        ("READY", ready.display().to_string()),
+        common::timeout_ms(timeout_ms),
+    ];
+    let mut ranks = job.spawn(2, "wait_in_rendezvous", &env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let acted = unix_ms();
+    act(&mut ranks);
+    let outs = ranks.wait(Duration::from_secs(60));
+    common::assert_success(&outs[0], "rank 0");
+    (result(&outs[0]), acted)
+}
+
+fn after(r: &str, acted: u128) -> f64 {
+    (field(r, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
+}
+
+#[test]
+fn a_peer_that_exits_cleanly_is_named_within_a_second() {
+    let (r, _) = run("exit", 10_000, |_| {});
+    assert_eq!(field(&r, "exited"), "rank1:exited", "{r}");
+    assert!(field(&r, "waited").parse::<f64>().unwrap() < 1.0, "{r}");
+}
+
+#[test]
+fn a_killed_peer_is_named_within_a_second() {
+    let (r, acted) = run("hold", 10_000, |ranks| {
+        ranks.kill(1);
+    });
+    assert_eq!(field(&r, "exited"), "rank1:exited", "{r}");
+    assert!(
+        after(&r, acted) < 1.0,
+        "named {} s after the kill: {r}",
+        after(&r, acted)
+    );
+}
+
+#[test]
+fn a_stopped_peer_gets_the_whole_timeout() {
+    let (r, _) = run("hold", 1500, |ranks| {
+        let pid = ranks.pid(1) as i32;
+        // SAFETY: a plain signal to our own child.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    assert_eq!(field(&r, "exited"), "no", "{r}");
+    assert_eq!(field(&r, "timeout"), "true", "{r}");
+    assert!(field(&r, "waited").parse::<f64>().unwrap() >= 1.5, "{r}");
+}
