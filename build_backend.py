@@ -44,8 +44,11 @@ def missing_build_tool() -> str | None:
             f"(pip install 'torch=={_TORCH}.*'), then build against it without build "
             "isolation: pip install --no-build-isolation ."
         )
-    found = importlib.metadata.version("torch")
-    if torch_minor(found) != SUPPORTED_TORCH:
+    try:
+        found = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        found = None  # importable without metadata (e.g. a torch source tree): trust it
+    if found is not None and torch_minor(found) != SUPPORTED_TORCH:
         return (
             f"symmwin's adapter is written for torch {_TORCH}, and torch {found} is "
             f"installed: pip install 'torch=={_TORCH}.*'"
