@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu_ops.sh needs on a machine with cargo (the GPU machine has
-# none): the static library for the torch extension and the CUDA ops test binary.
-# Usage: scripts/build_gpu_ops_bins.sh BIN_DIR
+# Where cargo is (no GPU needed): everything the GPU machine needs, into DIR: the
+# wheel (symmwin-*.whl, for the torch installed here; docs/gpu.md) and the Rust GPU
+# test binaries that are not part of it: cuda_ops (the ops kernels through the Rust
+# core, for scripts/gpu_ops.sh's rust stage) and symmwin-lib-tests (the core's unit
+# tests, for scripts/gpu_timeouts.sh's rust stage).
+# Usage: scripts/build_gpu_ops_bins.sh DIR   (PYTHON: the interpreter with torch; default python3)
 set -euo pipefail
-bin="$1"; mkdir -p "$bin"
-cargo build --release -p symmwin-capi -p symmwin-cli
-cp target/release/libsymmwin_capi.a target/release/symmwin "$bin/"
-strip --strip-debug "$bin/libsymmwin_capi.a"
-exe=$(cargo test --release -p symmwin --test cuda_ops --no-run --message-format=json \
-  | python3 -c 'import json, sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
-cp "$exe" "$bin/cuda_ops"
+mkdir -p "$1"; bin="$(cd "$1" && pwd)"
+cd "$(dirname "$0")/.."
+"${PYTHON:-python3}" -m pip wheel . -w "$bin" --no-build-isolation --no-deps --quiet
+test_exe() {
+  cargo test --release -p symmwin "$@" --no-run --message-format=json \
+    | python3 -c 'import json, sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])'
+}
+cp "$(test_exe --test cuda_ops)" "$bin/cuda_ops"
+cp "$(test_exe --lib)" "$bin/symmwin-lib-tests"
 ls -la "$bin"

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Core checks on the GPU machine (see docs/gpu.md): probe, the verified all-to-all demo
-# at world 2 (one rank per GPU), 4 and 8 (several ranks per GPU), the rendezvous
-# benchmark, and a device-memory leak check around the world-8 run.
-# Usage: scripts/gpu_core.sh BIN_DIR OUT_DIR   (BIN_DIR holds a prebuilt `symmwin`)
+# Core checks on a GPU machine (docs/gpu.md), from the wheel: probe, the verified
+# all-to-all demo at world 2, 4 and 8 (several ranks share a GPU when there are fewer
+# GPUs), the rendezvous benchmark, and a device-memory leak check around the world
+# 4 and 8 runs.
+# Usage: scripts/gpu_core.sh WHEEL OUT_DIR
 set -uo pipefail
-bin="$1"; out="$2"
-export PATH="$bin:$PATH" TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+wheel="$(realpath "$1")"; mkdir -p "$2"; out="$(cd "$2" && pwd)"
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
+gpu_use_wheel "$wheel" || exit 1
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 # Device-wide free memory in MiB, per GPU (nvidia-smi shows no per-process use in containers).
 free_mib() { python3 -c "import torch; print(*[torch.cuda.mem_get_info(i)[0] >> 20 for i in range(torch.cuda.device_count())])"; }
-run() { echo "+ $*"; "$@"; echo "exit $?"; }
+run() { echo "+ $*"; bounded "$@"; echo "exit $?"; }
 symmwin --version
 run symmwin probe
 symmwin probe --json > "$out/probe.json"

@@ -1,31 +1,29 @@
 #!/usr/bin/env bash
-# Rendezvous latency on a GPU machine from prebuilt binaries (docs/gpu.md): the Rust
+# Rendezvous latency on a GPU machine from the wheel (docs/gpu.md): the Rust
 # API with the phase split (`symmwin bench rendezvous`: --fresh keeps every window
 # alive; without it every iteration frees, so from the second on it re-allocates), then
 # bench/rendezvous.py through torch: SYMMWIN beside torch's CUDA and NVSHMEM backends,
 # fresh and re-allocated windows of 2 MiB, 64 MiB and 1 GiB at world 2, 4 and 8 (ranks
 # share the GPUs round-robin), TORCH_SYMMMEM_IMPLICIT_POOL=0. The Rust tables also count
 # store operations and socket messages per rank per rendezvous (store, msgs columns).
-# About 5 minutes on one GPU.
-# Usage: scripts/gpu_rendezvous.sh BIN_DIR OUT_DIR   (BIN_DIR: `symmwin`, `libsymmwin_capi.a`)
+# Usage: scripts/gpu_rendezvous.sh WHEEL OUT_DIR   (WORLDS="2 4 8" by default)
 set -u
-bin="$(cd "$1" && pwd)"; out="$2"; mkdir -p "$out"
+wheel="$(realpath "$1")"; mkdir -p "$2"; out="$(cd "$2" && pwd)"
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
+gpu_use_wheel "$wheel" || exit 1
 worlds="${WORLDS:-2 4 8}"
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
-timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
+bounded symmwin bench rendezvous --provider cuda --world "${worlds// /,}" \
   --sizes 2M,64M,1G --iters 5 --fresh > "$out/rust_fresh.log" 2>&1
 echo "symmwin bench rendezvous --fresh: exit $?"
-timeout 100 "$bin/symmwin" bench rendezvous --provider cuda --world "${worlds// /,}" \
+bounded symmwin bench rendezvous --provider cuda --world "${worlds// /,}" \
   --sizes 2M,64M,1G --iters 10 > "$out/rust_realloc.log" 2>&1
 echo "symmwin bench rendezvous: exit $?"
 
-if ! SYMMWIN_PREBUILT_LIB="$bin/libsymmwin_capi.a" MAX_JOBS=16 python3 -m pip install -q \
-    --no-build-isolation --no-deps --target /tmp/site . > "$out/build.log" 2>&1; then
-  tail -30 "$out/build.log"; exit 1
-fi
 # shellcheck disable=SC2086
-PYTHONPATH=/tmp/site timeout 330 python3 bench/rendezvous.py --worlds $worlds --repeats 7 \
+bounded python3 bench/rendezvous.py --worlds $worlds --repeats 7 \
   --job-timeout 90 --out "$out/torch" > "$out/torch.log" 2>&1
 echo "bench/rendezvous.py: exit $?"
 

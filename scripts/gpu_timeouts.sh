@@ -4,24 +4,26 @@
 # SIGKILLed peer in barrier / wait_signal / put_signal at world 2 and 4, torch's
 # rank-0-alone pattern, a timeout in graph replay) and the 10,000-round soak, eager and
 # replayed. One GPU is enough: the ranks share it.
-# Usage: scripts/gpu_timeouts.sh BIN_DIR OUT_DIR [rust|faults|soak|all]
-#   faults = rust + the torch fault tests (~5 min); soak: the torch soak alone; all: both.
-#   BIN_DIR: libsymmwin_capi.a and symmwin-lib-tests (the symmwin crate's unit tests,
-#   built with `cargo test --release -p symmwin --lib --no-run`).
+# Usage: scripts/gpu_timeouts.sh WHEEL OUT_DIR [rust|faults|soak|all]
+#   faults = rust + the torch fault tests; soak: the torch soak alone; all: both.
+#   WHEEL: a symmwin-*.whl; the rust step also needs symmwin-lib-tests (the symmwin
+#   crate's unit tests) next to it: scripts/build_gpu_ops_bins.sh DIR builds both.
 # Each survivor's exit code and first error lines go to OUT_DIR/timeouts_report.txt.
 set -u
-bin="$(cd "$1" && pwd)"; out="$(mkdir -p "$2" && cd "$2" && pwd)"; step="${3:-all}"
+wheel="$(realpath "$1")"; out="$(mkdir -p "$2" && cd "$2" && pwd)"; step="${3:-all}"
+bin="$(cd "$(dirname "$wheel")" && pwd)"
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export SYMMWIN_TIMEOUT_REPORT="$out/timeouts_report.txt"
-site="${SYMMWIN_SITE:-/tmp/site}"
 
 if [[ "$step" == rust || "$step" == faults || "$step" == all ]]; then
   # The CUDA provider's own GPU tests first (signals eager, on two streams), then the
   # ignored timeout tests.
-  timeout 120 "$bin/symmwin-lib-tests" provider::cuda --nocapture --test-threads=1 \
+  bounded "$bin/symmwin-lib-tests" provider::cuda --nocapture --test-threads=1 \
     > "$out/rust_cuda.log" 2>&1
   echo "rust CUDA provider tests: exit $?; $(grep -E '^test result' "$out/rust_cuda.log")"
-  timeout 120 "$bin/symmwin-lib-tests" --ignored --nocapture --test-threads=1 --exact \
+  bounded "$bin/symmwin-lib-tests" --ignored --nocapture --test-threads=1 --exact \
     provider::cuda::timeout_tests::ten_thousand_barriers_and_signal_pairs_raise_nothing \
     provider::cuda::timeout_tests::device_timeout_traps_then_every_call_reports_it \
     > "$out/rust_timeouts.log" 2>&1
@@ -30,22 +32,15 @@ if [[ "$step" == rust || "$step" == faults || "$step" == all ]]; then
 fi
 
 [[ "$step" == rust ]] && exit 0
-if [[ ! "$site/symmwin" -nt "$bin/libsymmwin_capi.a" ]]; then
-  rm -rf "$site"
-  if ! SYMMWIN_PREBUILT_LIB="$bin/libsymmwin_capi.a" MAX_JOBS=16 python3 -m pip install -q \
-      --no-build-isolation --no-deps --target "$site" . > "$out/build.log" 2>&1; then
-    tail -30 "$out/build.log"; exit 1
-  fi
-fi
-export PYTHONPATH="$site"
+gpu_use_wheel "$wheel" || exit 1
 
 if [[ "$step" == faults || "$step" == all ]]; then
-  timeout 400 python3 -m pytest tests/torch/test_device_timeouts.py -q -rs -s \
+  bounded python3 -m pytest tests/torch/test_device_timeouts.py -q -rs -s \
     -k "not in_time" > "$out/pytest_timeouts.log" 2>&1
   echo "pytest timeouts: $(tail -1 "$out/pytest_timeouts.log")"
 fi
 if [[ "$step" == soak || "$step" == all ]]; then
-  timeout 595 python3 -m pytest tests/torch/test_device_timeouts.py -q -rs -s \
+  bounded python3 -m pytest tests/torch/test_device_timeouts.py -q -rs -s \
     -k "in_time" > "$out/pytest_soak.log" 2>&1
   echo "pytest soak (${SYMMWIN_SOAK_ROUNDS:-10000} rounds): $(tail -1 "$out/pytest_soak.log")"
   grep -E "^rank [0-9]+: \{" "$out/pytest_soak.log"

@@ -56,3 +56,4 @@ cargo run --release --quiet -p symmwin-cli -- demo --provider host --world 4 --s
 step "torch backend tests (host memory)"
 "$PY" -m pytest -q tests/torch
 
+step "wheel: build, install, test"; scripts/test_wheel.sh

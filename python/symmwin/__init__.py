@@ -20,6 +20,8 @@ allocation::
 
 from __future__ import annotations
 
+from . import _torch_check  # noqa: F401  (first: refuses another torch minor before _C loads)
+
 import atexit
 import json
 from typing import Any

@@ -73,10 +73,15 @@ impl DriverError {
         status_text(self.code, StatusText::Name).unwrap_or_else(|| format!("{:?}", self.code))
     }
 
-    /// The driver's description of the status.
+    /// The driver's description of the status, with what to do where the driver's own
+    /// words do not say it (see [`remedy`]).
     pub fn message(&self) -> String {
-        status_text(self.code, StatusText::Description)
-            .unwrap_or_else(|| "unknown error".to_owned())
+        let text = status_text(self.code, StatusText::Description)
+            .unwrap_or_else(|| "unknown error".to_owned());
+        match remedy(self.code) {
+            Some(remedy) => format!("{text}; {remedy}"),
+            None => text,
+        }
     }
 
     /// The crate error for this failure during `phase`.
@@ -141,5 +146,53 @@ fn check(call: &'static str, code: sys::CUresult) -> DriverResult<()> {
         Ok(())
     } else {
         Err(DriverError { call, code })
+    }
+}
+
+/// What the user must do about a status whose driver text names no remedy.
+///
+/// The kernels are committed as PTX ISA 9.0 (CUDA 13.0) and JIT-compiled by the driver
+/// in `cuModuleLoadData`; an older driver refuses them with
+/// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` ("compiled with an unsupported toolchain"),
+/// which reads like a build problem on the user's side when it is the driver's age.
+fn remedy(code: sys::CUresult) -> Option<&'static str> {
+    match code {
+        sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => Some(
+            "symmwin's kernels are PTX ISA 9.0 (CUDA 13.0), which needs NVIDIA driver 580 \
+             or newer: update the driver (nvidia-smi shows the installed one); no CUDA \
+             toolkit is needed",
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod remedy_tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_ptx_names_the_minimum_driver() {
+        let remedy = remedy(sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            .expect("the PTX version error has a remedy");
+        assert!(remedy.contains("driver 580 or newer"), "{remedy}");
+        assert!(remedy.contains("PTX ISA 9.0"), "{remedy}");
+    }
+
+    #[test]
+    fn other_statuses_keep_the_drivers_words_alone() {
+        assert_eq!(remedy(sys::CUresult::CUDA_ERROR_NOT_PERMITTED), None);
+    }
+
+    #[test]
+    fn remedy_states_the_ptx_version_that_is_committed() {
+        for ptx in [
+            include_str!("../../../../kernels/signal.ptx"),
+            include_str!("../../../../kernels/ops.ptx"),
+        ] {
+            assert!(
+                ptx.lines().any(|l| l.trim() == ".version 9.0"),
+                "PTX version changed: update remedy()"
+            );
+        }
     }
 }
