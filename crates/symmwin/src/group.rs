@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
+use crate::peer_watch::PeerSet;
 use crate::provider::Provider;
 use crate::rendezvous::locality::Locality;
 use crate::signal::pad_pool::PadPools;
@@ -105,11 +106,19 @@ pub(crate) struct GroupShared {
     pub(crate) foreign_calls: AtomicU64,
     /// Store operations of this rank on this group so far (counted by `store`).
     pub(crate) store_ops: Arc<AtomicU64>,
+    /// The watched local peers, as the waits name them (set once a rendezvous proved
+    /// them local; [`PeerSet::NONE`] until then).
+    pub(crate) peers: RwLock<PeerSet>,
     /// Rendezvous of one group are collective and ordered, so they run one at a time.
     pub(crate) state: Mutex<GroupState>,
 }
 
 impl GroupShared {
+    /// The watched local peers, for a wait to name one that has ended.
+    pub(crate) fn peer_set(&self) -> PeerSet {
+        *self.peers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Give an error this rank's context: its rank, and the subgroup when group
     /// ranks are not global ranks.
     pub(crate) fn context(&self, e: Error) -> Error {
@@ -143,7 +152,7 @@ pub(crate) struct GroupState {
     pub(crate) out_of_step: Option<OutOfStep>,
     /// This group's local peers, watched for their deaths from the first rendezvous
     /// that proved them local on.
-    pub(crate) watched: Option<crate::peer_watch::Watched>,
+    pub(crate) watched: Option<crate::peer_watch::Registered>,
 }
 
 /// Since when and where a group's ranks stopped agreeing on which call is which.
@@ -244,6 +253,7 @@ impl Group {
                 remote: RwLock::new(None),
                 pads: Arc::default(),
                 foreign_calls: AtomicU64::new(0),
+                peers: RwLock::new(PeerSet::NONE),
                 store_ops,
                 state: Mutex::new(GroupState {
                     next_seq: 0,

@@ -129,6 +129,82 @@ impl Drop for Watched {
     }
 }
 
+/// A group's peers as the waits name them: a handle (cheap to copy into every wait) to
+/// the pid of each rank that is watched, registered by [`register`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerSet(u64);
+
+impl PeerSet {
+    /// No peers watched: waits get their whole timeout.
+    pub const NONE: PeerSet = PeerSet(0);
+
+    /// How rank `rank` ended, if it is watched and has ended.
+    pub fn exited(self, rank: usize) -> Option<PeerExit> {
+        if self == PeerSet::NONE {
+            return None;
+        }
+        let pid = tables().get(&self.0)?.get(rank).copied()?;
+        exit_of(pid)
+    }
+
+    /// The error of a wait in `phase` for rank `rank`, if it has ended.
+    pub fn exit_error(
+        self,
+        phase: crate::error::Phase,
+        rank: usize,
+    ) -> Option<crate::error::Error> {
+        let exit = self.exited(rank)?;
+        let kind = crate::error::ErrorKind::PeerExited {
+            rank,
+            pid: exit.pid,
+            how: exit.how,
+        };
+        Some(crate::error::Error::new(phase, kind).with_peer(rank))
+    }
+}
+
+/// A group's registered peers: watched, and named by [`Registered::set`], while this
+/// lives.
+#[derive(Debug)]
+pub struct Registered {
+    set: PeerSet,
+    _watched: Watched,
+}
+
+impl Registered {
+    /// The handle waits take.
+    pub fn set(&self) -> PeerSet {
+        self.set
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        tables().remove(&self.set.0);
+    }
+}
+
+fn tables() -> MutexGuard<'static, HashMap<u64, Vec<u32>>> {
+    static TABLES: OnceLock<Mutex<HashMap<u64, Vec<u32>>>> = OnceLock::new();
+    TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Watch the processes of a group's ranks: `pids[r]` is rank `r`'s, 0 where it is not
+/// to be watched (our own rank, ranks on other hosts or in another pid namespace).
+pub fn register(pids: Vec<u32>) -> Registered {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let key = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let watched = watch(pids.iter().copied());
+    tables().insert(key, pids);
+    Registered {
+        set: PeerSet(key),
+        _watched: watched,
+    }
+}
+
 /// How `pid` ended, if it is watched and has ended.
 pub fn exit_of(pid: u32) -> Option<PeerExit> {
     let w = started()?;

@@ -279,6 +279,11 @@ impl Window {
     /// The limit of a signal operation or op given `timeout` (None: the configured
     /// one, the device-wait limit for CUDA memory and the group's timeout for host
     /// memory).
+    /// The group's watched peers, for waits to name one that has ended.
+    pub(crate) fn peers(&self) -> crate::peer_watch::PeerSet {
+        self.inner.group.peer_set()
+    }
+
     pub(crate) fn timeout(&self, timeout: Option<Duration>) -> Duration {
         let group = &self.inner.group;
         timeout.unwrap_or_else(|| {
@@ -342,7 +347,8 @@ impl Window {
             });
         }
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.signal(pads, PadSignal::Barrier, SignalAt::new(channel, t, stream))
+            let at = SignalAt::new(channel, t, stream).watching(self.peers());
+            s.signal(pads, PadSignal::Barrier, at)
         })
     }
 
@@ -375,7 +381,8 @@ impl Window {
             Direction::Recv => PadSignal::Wait(peer),
         };
         self.signal_op(options.timeout_given(), |s, pads, t| {
-            s.signal(pads, op, SignalAt::new(channel, t, stream))
+            let at = SignalAt::new(channel, t, stream).watching(self.peers());
+            s.signal(pads, op, at)
         })
     }
 

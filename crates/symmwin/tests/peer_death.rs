@@ -1,13 +1,14 @@
-//! A local peer that exits (cleanly or killed) while a rank waits for it in a rendezvous
-//! is named within a second; one that is stopped (alive but slow) gets the whole
-//! timeout. Each case is one world-2 job of worker processes on the host provider.
+//! A local peer that exits (cleanly or killed) while a rank waits for it (in a
+//! rendezvous, a host barrier, a host signal wait, a host op) is named within a second;
+//! one that is stopped (alive but slow) gets the whole timeout. Each case is one
+//! world-2 job of worker processes on the host provider.
 
 mod common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{field, result, Job};
-use symmwin::{Allocation, ErrorKind};
+use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions};
 
 common::worker! { "wait_in_rendezvous" => wait_in_rendezvous }
 
@@ -20,7 +21,8 @@ fn unix_ms() -> u128 {
 
 /// Both ranks make one window (so each knows the other's pid); then rank 1 does what
 /// `PEER` says (`exit`: exits 0; `hold`: sleeps, for the test to kill or stop) and rank
-/// 0 makes a second rendezvous alone, reporting how it ended and when.
+/// 0 waits for it in `WAIT` (rendezvous, barrier, wait_signal, all_to_all), reporting
+/// how it ended and when.
 fn wait_in_rendezvous(rank: usize, world: usize) -> String {
     let (group, provider) = common::join(rank, world);
     let alloc = Allocation::new(provider.clone(), 4096).unwrap();
@@ -34,7 +36,16 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
     }
     let next = Allocation::new(provider, 4096).unwrap();
     let started = Instant::now();
-    let err = group.rendezvous(&next).unwrap_err();
+    let half = Operand::new(&window, 0, 2048);
+    let other = Operand::new(&window, 2048, 2048);
+    let err = match std::env::var("WAIT").unwrap().as_str() {
+        "rendezvous" => group.rendezvous(&next).map(drop),
+        "barrier" => window.barrier(SignalOptions::default()),
+        "wait_signal" => window.wait_signal(1, SignalOptions::default()),
+        "all_to_all" => symmwin::ops::collective::all_to_all(half, other, 4, &OpOptions::default()),
+        other => panic!("unknown wait {other}"),
+    }
+    .unwrap_err();
     drop(window);
     let exited = match err.kind() {
         ErrorKind::PeerExited { rank, how, .. } => format!("rank{rank}:{}", how.replace(' ', "_")),
@@ -50,10 +61,15 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
 }
 
 /// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
-fn run(peer: &str, timeout_ms: u64, act: impl FnOnce(&mut common::Ranks)) -> (String, u128) {
-    let job = Job::new(&format!("death-{peer}"));
+fn run(
+    (wait, peer): (&str, &str),
+    timeout_ms: u64,
+    act: impl FnOnce(&mut common::Ranks),
+) -> (String, u128) {
+    let job = Job::new(&format!("d-{}-{peer}", &wait[..4]));
     let ready = job.dir.join("ready");
     let env = [
+        ("WAIT", wait.to_owned()),
         ("PEER", peer.to_owned()),
         ("READY", ready.display().to_string()),
         common::timeout_ms(timeout_ms),
@@ -74,37 +90,43 @@ fn after(r: &str, acted: u128) -> f64 {
     (field(r, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
 }
 
+/// Every host wait kind.
+const WAITS: [&str; 4] = ["rendezvous", "barrier", "wait_signal", "all_to_all"];
+
 #[test]
-fn a_peer_that_exits_cleanly_is_named_within_a_second() {
-    let (r, _) = run("exit", 10_000, |_| {});
-    assert_eq!(field(&r, "exited"), "rank1:exited", "{r}");
-    assert!(field(&r, "waited").parse::<f64>().unwrap() < 1.0, "{r}");
+fn a_peer_that_exits_cleanly_is_named_within_a_second_in_every_host_wait() {
+    for wait in WAITS {
+        let (r, _) = run((wait, "exit"), 10_000, |_| {});
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
+        let waited: f64 = field(&r, "waited").parse().unwrap();
+        assert!(waited < 1.0, "{wait}: {r}");
+    }
 }
 
 #[test]
-fn a_killed_peer_is_named_within_a_second() {
-    let (r, acted) = run("hold", 10_000, |ranks| {
-        ranks.kill(1);
-    });
-    assert_eq!(field(&r, "exited"), "rank1:exited", "{r}");
-    assert!(
-        after(&r, acted) < 1.0,
-        "named {} s after the kill: {r}",
-        after(&r, acted)
-    );
+fn a_killed_peer_is_named_within_a_second_in_every_host_wait() {
+    for wait in WAITS {
+        let (r, acted) = run((wait, "hold"), 10_000, |ranks| ranks.kill(1));
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
+        let late = after(&r, acted);
+        assert!(late < 1.0, "{wait}: named {late} s after the kill: {r}");
+    }
 }
 
 #[test]
-fn a_stopped_peer_gets_the_whole_timeout() {
-    let (r, _) = run("hold", 1500, |ranks| {
-        let pid = ranks.pid(1) as i32;
-        // SAFETY: a plain signal to our own child.
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
-        std::thread::sleep(Duration::from_secs(3));
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    });
-    assert_eq!(field(&r, "exited"), "no", "{r}");
-    assert_eq!(field(&r, "timeout"), "true", "{r}");
-    assert!(field(&r, "waited").parse::<f64>().unwrap() >= 1.5, "{r}");
+fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
+    for wait in WAITS {
+        let (r, _) = run((wait, "hold"), 1000, |ranks| {
+            let pid = ranks.pid(1) as i32;
+            // SAFETY: a plain signal to our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(1500));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        });
+        assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
+        assert_eq!(field(&r, "timeout"), "true", "{wait}: {r}");
+        let waited: f64 = field(&r, "waited").parse().unwrap();
+        assert!(waited >= 1.0, "{wait}: {r}");
+    }
 }

@@ -67,6 +67,8 @@ pub struct SignalWait {
     pub timeout: Duration,
     /// The stream the wait is ordered on (device providers).
     pub stream: StreamHandle,
+    /// The group's watched peers: a host wait for one that has ended fails early.
+    pub peers: crate::peer_watch::PeerSet,
 }
 
 /// Row geometry of the all-to-all-v family: splits and offsets count rows of dim 0.
@@ -199,12 +201,14 @@ pub struct OpContext {
     pub stream: StreamHandle,
     /// Engine for ops whose sizes are known on the host, already resolved.
     pub engine: Engine,
+    /// The group's watched peers: a host wait for one that has ended fails early.
+    pub peers: crate::peer_watch::PeerSet,
 }
 
 impl OpContext {
     /// The op's channel, timeout and stream, for a signal operation on its pads.
     pub fn signal_at(&self) -> SignalAt {
-        SignalAt::new(self.channel, self.timeout, self.stream)
+        SignalAt::new(self.channel, self.timeout, self.stream).watching(self.peers)
     }
 }
 

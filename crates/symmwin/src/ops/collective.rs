@@ -115,6 +115,7 @@ fn context(window: &Window, opts: &OpOptions) -> Result<OpContext> {
         timeout: window.timeout(opts.timeout),
         stream: opts.stream,
         engine: Engine::resolve(opts.engine)?,
+        peers: window.peers(),
     })
 }
 
@@ -488,6 +489,7 @@ pub fn wait_for_signal(
         peer,
         timeout: w.timeout(opts.timeout),
         stream: opts.stream,
+        peers: w.peers(),
     };
     // SAFETY: the word was checked to lie, aligned, in this rank's live window.
     unsafe { w.provider().ops().wait_for_signal(&wait) }.map_err(|e| w.context(e))
@@ -530,6 +532,7 @@ pub unsafe fn wait_for_signal_at(
             peer,
             timeout,
             stream: opts.stream,
+            peers: shared.peer_set(),
         };
         // SAFETY: the word lies, aligned, in live symmetric memory of `provider` held
         // by `_keep_alive` for the call; the caller vouches for stream-ordered waits.

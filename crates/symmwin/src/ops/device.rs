@@ -128,6 +128,7 @@ mod tests {
                 timeout: std::time::Duration::from_secs(1),
                 stream: 0,
                 engine: crate::ops::Engine::Auto,
+                peers: crate::peer_watch::PeerSet::NONE,
             };
             // SAFETY: the refusing implementation touches no memory.
             let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();

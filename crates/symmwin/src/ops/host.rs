@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::provider::host::{timed_out, wait_until, HostSignals};
+use crate::provider::host::{timed_out, wait_until, HostSignals, HostWait};
 use crate::provider::{PadSignal, SignalAt, Signals};
 
 use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
@@ -200,7 +200,7 @@ impl DeviceOps for HostOps {
                 self.signals.signal(
                     &ctx.pads,
                     PadSignal::Put(peer),
-                    SignalAt::new(0, ctx.timeout, ctx.stream),
+                    SignalAt::new(0, ctx.timeout, ctx.stream).watching(ctx.peers),
                 )
             }
             OpRequest::TileReduce(r) => self.collective(ctx, || {
@@ -219,7 +219,12 @@ impl DeviceOps for HostOps {
             word.compare_exchange_weak(wait.value, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         };
-        if wait_until(Instant::now() + wait.timeout, consumed) {
+        let until = HostWait {
+            deadline: Instant::now() + wait.timeout,
+            peer: wait.peer,
+            peers: wait.peers,
+        };
+        if wait_until(until, consumed).map_err(|e| e.at_rank(wait.rank))? {
             Ok(())
         } else {
             Err(timed_out(wait.peer, wait.timeout).at_rank(wait.rank))

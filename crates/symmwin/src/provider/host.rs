@@ -328,22 +328,50 @@ fn pad_word(pads: &PadLayout, owner: usize, channel: usize, src: usize) -> Resul
     Ok(unsafe { AtomicU32::from_ptr(addr as *mut u32) })
 }
 
-fn spin_until(word: &AtomicU32, from: u32, to: u32, order: Ordering, deadline: Instant) -> bool {
-    wait_until(deadline, || {
+fn spin_until(
+    word: &AtomicU32,
+    from: u32,
+    to: u32,
+    order: Ordering,
+    wait: HostWait,
+) -> Result<bool> {
+    wait_until(wait, || {
         word.compare_exchange_weak(from, to, order, Ordering::Relaxed)
             .is_ok()
     })
 }
 
-/// Spin (yielding, then sleeping) until `done` or the deadline; false on timeout.
-/// Ranks may outnumber cores, so the wait gives the peer it waits for a chance to run.
-pub(crate) fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+/// What a host wait waits for: until when, for which peer, and whose deaths it sees.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostWait {
+    pub(crate) deadline: Instant,
+    pub(crate) peer: usize,
+    pub(crate) peers: crate::peer_watch::PeerSet,
+}
+
+/// How often a host wait looks at its peer's death mark.
+const DEATH_CHECK: Duration = Duration::from_millis(50);
+
+/// Spin (yielding, then sleeping) until `done` or the deadline: `Ok(false)` on timeout,
+/// an error naming the peer once it has ended without `done`. Ranks may outnumber
+/// cores, so the wait gives the peer it waits for a chance to run. The death mark is
+/// read before `done` is looked at once more, so a peer that did its part and then
+/// ended fails nothing.
+pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
     let mut spins = 0u32;
+    let mut next_look = Instant::now() + DEATH_CHECK;
     while !done() {
         spins += 1;
         if spins % 64 == 0 {
-            if Instant::now() >= deadline {
-                return false;
+            let now = Instant::now();
+            if now >= next_look {
+                if let Some(gone) = wait.peers.exit_error(Phase::Signal, wait.peer) {
+                    return if done() { Ok(true) } else { Err(gone) };
+                }
+                next_look = now + DEATH_CHECK;
+            }
+            if now >= wait.deadline {
+                return Ok(false);
             }
             if spins < 4096 {
                 std::thread::yield_now();
@@ -354,7 +382,7 @@ pub(crate) fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> b
             std::hint::spin_loop();
         }
     }
-    true
+    Ok(true)
 }
 
 /// A wait for `peer` that gave up after `timeout`.
@@ -375,7 +403,7 @@ impl Signals for HostSignals {
             channel, timeout, ..
         } = at;
         let deadline = Instant::now() + timeout;
-        let flip = |flip: Flip| flip.run(pads, channel, deadline, timeout);
+        let flip = |flip: Flip| flip.run(pads, channel, (deadline, at.peers), timeout);
         let peers = || (0..pads.world()).filter(|&p| p != pads.rank());
         match op {
             PadSignal::Barrier => {
@@ -402,7 +430,7 @@ impl Flip {
         self,
         pads: &PadLayout,
         channel: usize,
-        deadline: Instant,
+        until: (Instant, crate::peer_watch::PeerSet),
         timeout: Duration,
     ) -> Result<()> {
         let me = pads.rank();
@@ -412,7 +440,13 @@ impl Flip {
         };
         pads.check_peer(peer)?;
         let word = pad_word(pads, owner, channel, src)?;
-        if spin_until(word, from, 1 - from, ordering, deadline) {
+        let (deadline, peers) = until;
+        let wait = HostWait {
+            deadline,
+            peer,
+            peers,
+        };
+        if spin_until(word, from, 1 - from, ordering, wait)? {
             Ok(())
         } else {
             Err(timed_out(peer, timeout))

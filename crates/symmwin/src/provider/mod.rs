@@ -175,6 +175,8 @@ pub struct SignalAt {
     pub timeout: Duration,
     /// The stream the operation is ordered on (device providers; 0: legacy default).
     pub stream: StreamHandle,
+    /// The watched peers: a host wait for one that has ended fails within a second.
+    pub peers: crate::peer_watch::PeerSet,
 }
 
 impl SignalAt {
@@ -184,7 +186,13 @@ impl SignalAt {
             channel,
             timeout,
             stream,
+            peers: crate::peer_watch::PeerSet::NONE,
         }
+    }
+
+    /// The same, failing early for a peer of `peers` that has ended.
+    pub fn watching(self, peers: crate::peer_watch::PeerSet) -> Self {
+        SignalAt { peers, ..self }
     }
 }
 

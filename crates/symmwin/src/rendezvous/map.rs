@@ -79,8 +79,13 @@ impl Rendezvous<'_> {
         )?;
         self.clock.lap(Step::Gather);
         if self.state.watched.is_none() {
-            let local = plan.targets.iter().map(|&r| gathered.peers[r].pid);
-            self.state.watched = Some(crate::peer_watch::watch(local));
+            let mut pids = vec![0; self.shared.world];
+            for &r in &plan.targets {
+                pids[r] = gathered.peers[r].pid;
+            }
+            let registered = crate::peer_watch::register(pids);
+            *self.shared.peers.write().unwrap_or_else(|p| p.into_inner()) = registered.set();
+            self.state.watched = Some(registered);
         }
         let reserved = self.reserve_early(own, &offer)?;
         let handle = self.collect_handle(own, &offer, handle)?;

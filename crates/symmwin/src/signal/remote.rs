@@ -196,6 +196,7 @@ impl<'a> SignalScope<'a> {
             channel,
             timeout,
             stream,
+            ..
         } = at;
         let left = countdown(timeout);
         let remote: Vec<usize> = (0..self.mapped.len())

@@ -131,6 +131,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             stream: 0,
             engine: Engine::Auto,
+            peers: crate::peer_watch::PeerSet::NONE,
         }
     }
 
