@@ -31,6 +31,11 @@ pub struct DemoArgs {
 
 pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
     let resolved = crate::setup::check(args.provider)?;
+    let host_memory = resolved.used == ProviderChoice::Host;
+    crate::preflight::check(
+        &crate::preflight::Needs::demo(args.world, args.size, host_memory),
+        &format!("world {} x {}", args.world, human_size(args.size)),
+    )?;
     let store = StoreDir::new()?;
     let pass_stderr = symmwin::logging::requested();
     let mut progress = Progress::new(

@@ -91,7 +91,7 @@ fn a_bad_setting_is_reported_once_with_one_prefix() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert_eq!(
         err.trim(),
-        r#"symmwin setup failed [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number"#
+        r#"symmwin setup failed [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number; allowed: a whole number of milliseconds above 0"#
     );
     let out = run(&["probe"], &[("SYMMWIN_LOG", "symmwin=loud")]);
     let err = text(&out.stderr);
@@ -368,4 +368,72 @@ fn without_a_terminal_progress_is_a_line_every_few_seconds() {
         .collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].ends_with("/100000000 (5 s)"), "{}", lines[0]);
+}
+
+#[test]
+fn a_bench_size_beyond_the_address_space_says_world_x_size_before_any_rank() {
+    let out = run(
+        &[
+            "bench",
+            "rendezvous",
+            "--provider",
+            "host",
+            "--sizes",
+            "100000G",
+        ],
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("world 2 x 97.7 TiB needs 195.3 TiB of address space in every rank (world x window size)"),
+        "{err}"
+    );
+    assert!(err.contains("(no rank was started)"), "{err}");
+}
+
+#[test]
+fn bench_fresh_prints_a_dash_for_free_and_says_what_is_touched() {
+    let out = run(
+        &[
+            "bench",
+            "rendezvous",
+            "--provider",
+            "host",
+            "--sizes",
+            "4K",
+            "--iters",
+            "2",
+            "--fresh",
+        ],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!stdout.contains("NaN"), "{stdout}");
+    assert!(stdout.contains("free: not measured (-)"), "{stdout}");
+    assert!(
+        stdout.contains("only 3 of its bytes are touched"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn symmwin_log_into_a_file_has_no_colours() {
+    let args = [
+        "demo",
+        "--world",
+        "2",
+        "--size",
+        "4K",
+        "--iters",
+        "1",
+        "--provider",
+        "host",
+    ];
+    let out = run(&args, &[("SYMMWIN_LOG", "debug")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("DEBUG"), "logs came through: {err}");
+    assert!(!err.contains('\u{1b}'), "ANSI escapes in a pipe: {err:?}");
 }

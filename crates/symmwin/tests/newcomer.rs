@@ -191,3 +191,33 @@ fn a_world_group_timeout_stays_short_and_rounds_its_duration() {
         "symmwin rank 0 [gather]: timed out after 1.0 s waiting for rank(s) [1]"
     );
 }
+
+/// The README's configuration table lists exactly the variables the core checks, in
+/// the same order: a variable added to one and not the other fails here.
+#[test]
+fn the_readme_lists_every_setting() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme
+        .split("## Configuration")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has a Configuration section");
+    let listed: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let known: Vec<&str> = symmwin::config::SETTINGS.iter().map(|s| s.name).collect();
+    assert_eq!(
+        listed, known,
+        "README configuration table vs config::SETTINGS"
+    );
+    for setting in symmwin::config::SETTINGS {
+        let row = section
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}`", setting.name)))
+            .unwrap();
+        assert_eq!(row.matches(" | ").count(), 3, "four columns: {row}");
+    }
+}
