@@ -59,12 +59,10 @@ fn assert_quoted(message: &str, store: &std::path::Path) {
     );
 }
 
-fn config(tag: &str, timeout_ms: u64) -> Config {
-    Config {
-        timeout: Duration::from_millis(timeout_ms),
-        socket_dir: std::env::temp_dir().join(format!("symmwin-nc-{tag}-{}", std::process::id())),
-        ..Config::default()
-    }
+fn config(tag: &str, timeout_ms: u64) -> common::TestConfig {
+    common::TestConfig::new(&format!("nc-{tag}"), |c| {
+        c.timeout = Duration::from_millis(timeout_ms)
+    })
 }
 
 #[test]
@@ -220,4 +218,36 @@ fn the_readme_lists_every_setting() {
             .unwrap();
         assert_eq!(row.matches(" | ").count(), 3, "four columns: {row}");
     }
+}
+
+/// A test process leaves nothing in the temp dir or /dev/shm: the other tests of this
+/// binary run in a child process, and whatever carries its pid afterwards is a leftover.
+#[test]
+fn the_tests_leave_no_directories_behind() {
+    if std::env::var_os("SYMMWIN_LEFTOVER_CHILD").is_some() {
+        return; // the child runs every other test, not this one again
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--test-threads=2",
+            "--skip",
+            "the_tests_leave_no_directories_behind",
+        ])
+        .env("SYMMWIN_LEFTOVER_CHILD", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = common::leftovers_of(pid);
+    for path in &left {
+        let _ = std::fs::remove_dir_all(path);
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
