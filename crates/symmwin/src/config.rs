@@ -148,7 +148,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `NAME="value" <why>; allowed: <what the table allows>`.
-fn refusal(name: &str, value: &str, why: &str) -> String {
+pub(crate) fn refusal(name: &str, value: &str, why: &str) -> String {
     let allowed = SETTINGS
         .iter()
         .find(|s| s.name == name)

@@ -24,8 +24,8 @@ pub fn init(fallback: Option<&str>) -> Result<()> {
                     None => return Ok(()),
                 },
             };
-            let filter = parse(&spec)
-                .map_err(|why| format!("SYMMWIN_LOG={spec:?} {why}; try SYMMWIN_LOG=debug"))?;
+            let filter =
+                parse(&spec).map_err(|why| crate::config::refusal("SYMMWIN_LOG", &spec, &why))?;
             // A host program may have installed its own subscriber: keep it.
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter)
