@@ -80,6 +80,10 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
     } else if !results.is_empty() {
         println!("{title}");
         print_table(&results);
+        println!(
+            "(push: the median round's copies; GB/s: the bytes a rank sends to its peers per \
+             second of push, with every page faulted in before the first round)"
+        );
     }
     for (rank, d) in &results {
         for f in d["failures"].as_array().into_iter().flatten().take(5) {
