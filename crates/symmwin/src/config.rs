@@ -277,7 +277,10 @@ fn creatable_in(dir: &Path) -> Option<&'static str> {
         0x7472_6163,
     ];
     if let Ok(fs) = rustix::fs::statfs(dir) {
-        if KERNEL_FS.contains(&(fs.f_type as i64)) {
+        // f_type is i64 here, another integer type elsewhere.
+        #[allow(clippy::unnecessary_cast)]
+        let kind = fs.f_type as i64;
+        if KERNEL_FS.contains(&kind) {
             return Some("is on a kernel filesystem (proc, sysfs, cgroup)");
         }
     }
