@@ -359,7 +359,10 @@ fn a_run_beyond_the_open_file_limit_is_refused_before_any_rank() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(3), "{err}");
-    assert!(err.contains("RLIMIT_NOFILE is 16; raise it (ulimit -n)"), "{err}");
+    assert!(
+        err.contains("RLIMIT_NOFILE is 16; raise it (ulimit -n)"),
+        "{err}"
+    );
     assert!(err.contains("(no rank was started)"), "{err}");
     assert!(children(demo.id()).is_empty());
     assert!(stores_of(demo.id()).is_empty());
