@@ -10,7 +10,28 @@
 # installs into that interpreter instead (e.g. an environment you manage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '\n==> %s\n' "$*"; }
+# One line as each step starts and one with its time as it ends; the total at the end.
+STEP="" STEP_START=$SECONDS
+end_step() {
+  if [ -n "$STEP" ]; then printf '<== %s: %d s\n' "$STEP" $((SECONDS - STEP_START)); fi
+  STEP=""
+}
+step() {
+  end_step
+  STEP="$*" STEP_START=$SECONDS
+  printf '\n==> %s (at %d s)\n' "$*" "$SECONDS"
+}
+finish() {
+  local status=$?
+  if [ "$status" -ne 0 ] && [ -n "$STEP" ]; then
+    printf '<== %s: FAILED after %d s\n' "$STEP" $((SECONDS - STEP_START))
+  else
+    end_step
+  fi
+  printf '\nscripts/test.sh: %s in %d min %d s\n' \
+    "$([ "$status" -eq 0 ] && echo passed || echo failed)" $((SECONDS / 60)) $((SECONDS % 60))
+}
+trap finish EXIT
 
 step setup
 if [ -n "${PYTHON:-}" ]; then
@@ -54,6 +75,7 @@ step "demo on host memory"
 cargo run --release --quiet -p symmwin-cli -- demo --provider host --world 4 --size 1M --iters 3
 
 step "torch backend tests (host memory)"
-"$PY" -m pytest -q tests/torch
+# -rs: the reasons of the skipped tests, grouped (the GPU tests skip here).
+"$PY" -m pytest -q -rs tests/torch
 
 step "wheel: build, install, test"; scripts/test_wheel.sh

@@ -64,7 +64,10 @@ HOST_BACKEND = "SYMMWIN_HOST"
 __version__: str = _C.version()
 """The version and the git commit the core was built from, e.g. ``0.1.0+g1a2b3c4d5e6f``."""
 
-# Raises here, at import, when a SYMMWIN_* variable is invalid.
+# Checks every SYMMWIN_* variable of the README's configuration table (the core's
+# config::SETTINGS) and raises here, at import, naming each bad one with its value and
+# what is allowed. Nothing is created: the socket directory comes at the first
+# rendezvous.
 _C.register()
 
 TimeoutError = _C.TimeoutError

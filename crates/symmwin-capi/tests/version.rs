@@ -35,6 +35,6 @@ fn a_bad_setting_is_reported_by_init_with_one_prefix() {
         .to_owned();
     assert_eq!(
         message,
-        r#"symmwin [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number"#
+        r#"symmwin [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number; allowed: a whole number of milliseconds above 0"#
     );
 }

@@ -31,6 +31,11 @@ pub struct DemoArgs {
 
 pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
     let resolved = crate::setup::check(args.provider)?;
+    let host_memory = resolved.used == ProviderChoice::Host;
+    crate::preflight::check(
+        &crate::preflight::Needs::demo(args.world, args.size, host_memory),
+        &format!("world {} x {}", args.world, human_size(args.size)),
+    )?;
     let store = StoreDir::new()?;
     let pass_stderr = symmwin::logging::requested();
     let mut progress = Progress::new(
@@ -75,6 +80,10 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
     } else if !results.is_empty() {
         println!("{title}");
         print_table(&results);
+        println!(
+            "(push: the median round's copies; GB/s: the bytes a rank sends to its peers per \
+             second of push, with every page faulted in before the first round)"
+        );
     }
     for (rank, d) in &results {
         for f in d["failures"].as_array().into_iter().flatten().take(5) {

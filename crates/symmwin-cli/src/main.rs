@@ -8,6 +8,7 @@ mod demo;
 mod failure;
 mod interrupt;
 mod launch;
+mod preflight;
 mod probe;
 mod progress;
 mod setup;
@@ -142,7 +143,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Human size: 64 MiB, 1.5 MiB, 256 KiB, 100 B.
 pub fn human_size(n: usize) -> String {
-    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
         if n >= 1 << shift {
             let x = n as f64 / (1u64 << shift) as f64;
             return if n.is_multiple_of(1 << shift) {
@@ -190,6 +191,7 @@ mod tests {
         assert_eq!(human_size(64 << 20), "64 MiB");
         assert_eq!(human_size(3 << 19), "1.5 MiB");
         assert_eq!(human_size(100), "100 B");
+        assert_eq!(human_size(3 << 40), "3 TiB");
         assert_eq!(plural(1, "round"), "1 round");
         assert_eq!(plural(2, "round"), "2 rounds");
         assert_eq!(rounded(8.645999999999999), serde_json::json!(8.646));

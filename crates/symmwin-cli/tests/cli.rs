@@ -59,8 +59,16 @@ fn the_demo_runs_with_a_fractional_size_and_says_what_auto_chose() {
             || first.ends_with("provider auto → cuda"),
         "{first}"
     );
-    let rows: Vec<&str> = stdout.lines().skip(2).collect();
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.starts_with('('))
+        .collect();
     assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(
+        stdout.contains("with every page faulted in before the first round"),
+        "says what its GB/s measure: {stdout}"
+    );
     for row in &rows {
         assert!(row.ends_with("yes"), "{row}");
     }
@@ -91,7 +99,7 @@ fn a_bad_setting_is_reported_once_with_one_prefix() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert_eq!(
         err.trim(),
-        r#"symmwin setup failed [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number"#
+        r#"symmwin setup failed [argument]: invalid argument: SYMMWIN_TIMEOUT_MS="soon" is not a number; allowed: a whole number of milliseconds above 0"#
     );
     let out = run(&["probe"], &[("SYMMWIN_LOG", "symmwin=loud")]);
     let err = text(&out.stderr);
@@ -331,9 +339,11 @@ fn sigkill_of_the_demo_takes_its_ranks_and_the_next_run_removes_its_store() {
     );
 }
 
+/// Few file descriptors: the supervisor would run out of pipes a few ranks in, so
+/// the run is refused before the first (a rank that cannot start still takes the
+/// started ones down, but the limits a run needs are checked first).
 #[test]
-fn a_rank_that_cannot_start_takes_the_started_ones_down() {
-    // Few file descriptors: the supervisor runs out of pipes a few ranks in.
+fn a_run_beyond_the_open_file_limit_is_refused_before_any_rank() {
     let mut demo = Command::new("bash")
         .args([
             "-c",
@@ -349,7 +359,11 @@ fn a_rank_that_cannot_start_takes_the_started_ones_down() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(3), "{err}");
-    assert!(err.contains("cannot start rank"), "{err}");
+    assert!(
+        err.contains("RLIMIT_NOFILE is 16; raise it (ulimit -n)"),
+        "{err}"
+    );
+    assert!(err.contains("(no rank was started)"), "{err}");
     assert!(children(demo.id()).is_empty());
     assert!(stores_of(demo.id()).is_empty());
 }
@@ -368,4 +382,72 @@ fn without_a_terminal_progress_is_a_line_every_few_seconds() {
         .collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].ends_with("/100000000 (5 s)"), "{}", lines[0]);
+}
+
+#[test]
+fn a_bench_size_beyond_the_address_space_says_world_x_size_before_any_rank() {
+    let out = run(
+        &[
+            "bench",
+            "rendezvous",
+            "--provider",
+            "host",
+            "--sizes",
+            "100000G",
+        ],
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("world 2 x 97.7 TiB needs 195.3 TiB of address space in every rank (world x window size)"),
+        "{err}"
+    );
+    assert!(err.contains("(no rank was started)"), "{err}");
+}
+
+#[test]
+fn bench_fresh_prints_a_dash_for_free_and_says_what_is_touched() {
+    let out = run(
+        &[
+            "bench",
+            "rendezvous",
+            "--provider",
+            "host",
+            "--sizes",
+            "4K",
+            "--iters",
+            "2",
+            "--fresh",
+        ],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!stdout.contains("NaN"), "{stdout}");
+    assert!(stdout.contains("free: not measured (-)"), "{stdout}");
+    assert!(
+        stdout.contains("only 3 of its bytes are touched"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn symmwin_log_into_a_file_has_no_colours() {
+    let args = [
+        "demo",
+        "--world",
+        "2",
+        "--size",
+        "4K",
+        "--iters",
+        "1",
+        "--provider",
+        "host",
+    ];
+    let out = run(&args, &[("SYMMWIN_LOG", "debug")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("DEBUG"), "logs came through: {err}");
+    assert!(!err.contains('\u{1b}'), "ANSI escapes in a pipe: {err:?}");
 }

@@ -1,12 +1,11 @@
 //! Runtime configuration, read from `SYMMWIN_*` environment variables.
 //!
-//! | variable | default | meaning |
-//! | --- | --- | --- |
-//! | `SYMMWIN_TIMEOUT_MS` | unset: the rule below | how long a wait given no limit of its own waits for peers: rendezvous, host-side and device-side waits |
-//! | `SYMMWIN_HANDLE_TYPE` | `auto` | `auto`, `fd` or `fabric` (CUDA provider) |
-//! | `SYMMWIN_SOCKET_DIR` | `$XDG_RUNTIME_DIR/symmwin`, else `/tmp/symmwin-<uid>` | private directory for exchange sockets |
-//! | `SYMMWIN_LOG` | unset: warnings only in the CLI, nothing in the library | log filter (tracing `EnvFilter` syntax, e.g. `debug`); see [`crate::logging`] |
-//! | `SYMMWIN_HOST_ID` | unset | ranks with different ids never map each other (see `docs/multi-node.md`) |
+//! [`SETTINGS`] is the one table of every variable: its default, what it accepts and
+//! what it does. The README's configuration table is checked against it by a test.
+//! [`Config::from_env`] checks every variable in it at once, without side effects (no
+//! directory is created), and names each bad one with its value and what is allowed;
+//! `import symmwin` and the `symmwin` command call it before anything else, so a bad
+//! value is reported before any rank starts.
 //!
 //! One rule for every wait: an explicit timeout (`timeout_ms` > 0) is the limit. A wait
 //! without one (`timeout_ms` 0, torch's default) uses `SYMMWIN_TIMEOUT_MS` when it is
@@ -16,10 +15,81 @@
 //! traps and loses the CUDA context, so its limit says how long a missing peer may hang
 //! the GPU before the job is told which rank it is.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+/// One `SYMMWIN_*` variable, as the README's configuration table lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The variable's name.
+    pub name: &'static str,
+    /// What applies when it is unset (or set to the empty string).
+    pub default: &'static str,
+    /// The values it accepts.
+    pub allowed: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+}
+
+/// Every variable symmwin reads at run time. An empty value means unset.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "SYMMWIN_TIMEOUT_MS",
+        default: "the process group's timeout, else 60000",
+        allowed: "a whole number of milliseconds above 0",
+        meaning: "how long a wait given no limit of its own waits for peers: \
+                  rendezvous, host-side and device-side waits",
+    },
+    Setting {
+        name: "SYMMWIN_HANDLE_TYPE",
+        default: "auto",
+        allowed: "auto, fd or fabric",
+        meaning: "CUDA shareable-handle type; auto probes fabric, then POSIX fd",
+    },
+    Setting {
+        name: "SYMMWIN_OPS_ENGINE",
+        default: "auto",
+        allowed: "auto, sm or copy_engine",
+        meaning: "engine of the ops whose sizes the host knows (see docs/ops.md)",
+    },
+    Setting {
+        name: "SYMMWIN_SOCKET_DIR",
+        default: "$XDG_RUNTIME_DIR/symmwin, else /tmp/symmwin-<uid>",
+        allowed: "an absolute path to a directory this user owns (mode 0700) or can create",
+        meaning: "private directory for the exchange sockets; created 0700 at the first \
+                  rendezvous",
+    },
+    Setting {
+        name: "SYMMWIN_STORE_DIR",
+        default: "unset: no file store",
+        allowed: "an absolute path to a directory this user owns (mode 0700) or can create",
+        meaning: "directory of the file store (`FileStore::from_env`) for jobs without a \
+                  process group store",
+    },
+    Setting {
+        name: "SYMMWIN_LOG",
+        default: "unset: warnings only in the CLI, nothing in the library",
+        allowed: "a tracing filter, e.g. debug or symmwin=trace,warn",
+        meaning: "log to stderr (colours only on a terminal)",
+    },
+    Setting {
+        name: "SYMMWIN_HOST_ID",
+        default: "unset: one id for every rank",
+        allowed: "any text without surrounding whitespace or control characters",
+        meaning: "ranks with different ids never map each other and go through the \
+                  process group (see docs/multi-node.md)",
+    },
+    Setting {
+        name: "SYMMWIN_DEBUG_FREE",
+        default: "0",
+        allowed: "0 or 1",
+        meaning: "1: freed windows are never reused but unmapped, so a use after free \
+                  faults (debugging; slower)",
+    },
+];
 
 /// Which CUDA shareable-handle type to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +109,10 @@ impl std::str::FromStr for HandlePreference {
             "" | "auto" => Ok(HandlePreference::Auto),
             "fd" | "posix" | "posix_fd" => Ok(HandlePreference::Fd),
             "fabric" => Ok(HandlePreference::Fabric),
-            other => Err(Error::invalid(format!(
-                "SYMMWIN_HANDLE_TYPE={other:?}: expected auto, fd or fabric"
+            _ => Err(Error::invalid(refusal(
+                "SYMMWIN_HANDLE_TYPE",
+                s,
+                "is not a handle type",
             ))),
         }
     }
@@ -64,6 +136,8 @@ pub struct Config {
     /// Splits one machine into several hosts: ranks with different ids are never
     /// mapped and reach each other through the process group (`None`: one id for all).
     pub host_id: Option<String>,
+    /// `SYMMWIN_DEBUG_FREE=1`: freed windows are unmapped instead of reused.
+    pub debug_free: bool,
 }
 
 /// Default wait for peers.
@@ -73,42 +147,196 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
 pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 
-impl Config {
-    /// Read the environment. Bad values are errors, not silently ignored.
-    pub fn from_env() -> Result<Self> {
-        let configured = match std::env::var("SYMMWIN_TIMEOUT_MS") {
-            Ok(v) => {
-                let ms: u64 = v.trim().parse().map_err(|_| {
-                    Error::invalid(format!("SYMMWIN_TIMEOUT_MS={v:?} is not a number"))
-                })?;
-                if ms == 0 {
-                    return Err(Error::invalid("SYMMWIN_TIMEOUT_MS must be positive"));
-                }
-                Some(Duration::from_millis(ms))
+/// `NAME="value" <why>; allowed: <what the table allows>`.
+pub(crate) fn refusal(name: &str, value: &str, why: &str) -> String {
+    let allowed = SETTINGS
+        .iter()
+        .find(|s| s.name == name)
+        .map_or("", |s| s.allowed);
+    format!("{name}={value:?} {why}; allowed: {allowed}")
+}
+
+/// The variables' values, read through `lookup` (the environment, or a test's table).
+struct Vars<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<OsString>,
+    problems: Vec<String>,
+}
+
+impl Vars<'_> {
+    /// The value of `name`, `None` when unset or empty; a value that is not UTF-8 is
+    /// a problem.
+    fn text(&mut self, name: &str) -> Option<String> {
+        let raw = (self.lookup)(name).filter(|v| !v.is_empty())?;
+        match raw.into_string() {
+            Ok(v) => Some(v),
+            Err(raw) => {
+                let shown = raw.to_string_lossy().into_owned();
+                self.problems
+                    .push(refusal(name, &shown, "is not valid UTF-8"));
+                None
             }
-            Err(_) => None,
-        };
-        let timeout = configured.unwrap_or(DEFAULT_TIMEOUT);
-        let device_timeout = configured.unwrap_or(DEFAULT_DEVICE_TIMEOUT);
-        let timeout_from_env = configured.is_some();
-        let handle = match std::env::var("SYMMWIN_HANDLE_TYPE") {
-            Ok(v) => v.parse()?,
-            Err(_) => HandlePreference::Auto,
-        };
-        let socket_dir = match std::env::var_os("SYMMWIN_SOCKET_DIR") {
-            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-            _ => default_socket_dir(),
-        };
-        let host_id = std::env::var("SYMMWIN_HOST_ID")
+        }
+    }
+
+    /// Run `check` on the value of `name` when it is set; its error is a problem.
+    fn parse<T>(
+        &mut self,
+        name: &str,
+        check: impl FnOnce(&str) -> std::result::Result<T, String>,
+    ) -> Option<T> {
+        let value = self.text(name)?;
+        check(&value)
+            .map_err(|why| self.problems.push(refusal(name, &value, &why)))
             .ok()
-            .filter(|id| !id.trim().is_empty());
+    }
+}
+
+fn timeout_ms(value: &str) -> std::result::Result<Duration, String> {
+    let v = value.trim();
+    match v.parse::<u64>() {
+        Ok(0) => Err("is zero: a wait needs a limit above 0".into()),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) if v.starts_with('-') && v[1..].bytes().all(|b| b.is_ascii_digit()) => {
+            Err("is negative".into())
+        }
+        Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Err("is too large".into())
+        }
+        Err(_) => Err("is not a number".into()),
+    }
+}
+
+fn host_id(value: &str) -> std::result::Result<String, String> {
+    if value.trim() != value {
+        return Err(
+            "has surrounding whitespace (ids that differ only in it would be \
+                    different hosts)"
+                .into(),
+        );
+    }
+    if value.chars().any(char::is_control) {
+        return Err("contains a control character".into());
+    }
+    Ok(value.to_owned())
+}
+
+fn switch(value: &str) -> std::result::Result<bool, String> {
+    match value.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err("is not a switch".into()),
+    }
+}
+
+/// Syntax of a directory setting, checked without creating anything: an absolute
+/// path, naming a directory or a place where one can be created.
+pub(crate) fn directory(value: &str) -> std::result::Result<PathBuf, String> {
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return Err(
+            "is a relative path: every rank would resolve it against its own \
+                    working directory"
+                .into(),
+        );
+    }
+    let existing = path
+        .ancestors()
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+        .unwrap_or(Path::new("/"));
+    if existing == path {
+        return match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => Ok(path.to_owned()),
+            _ => Err("exists and is not a directory".into()),
+        };
+    }
+    match std::fs::metadata(existing) {
+        Ok(m) if !m.is_dir() => Err(format!(
+            "cannot be created: {} is not a directory",
+            existing.display()
+        )),
+        _ => match creatable_in(existing) {
+            Some(why) => Err(format!("cannot be created: {} {why}", existing.display())),
+            None => Ok(path.to_owned()),
+        },
+    }
+}
+
+/// Why no directory can be created in `dir`, or `None` when one can: a kernel
+/// filesystem (as root, `access` allows what `mkdir` in /proc then refuses), a
+/// read-only mount, or no write permission.
+fn creatable_in(dir: &Path) -> Option<&'static str> {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    // PROC, SYSFS, CGROUP, CGROUP2, DEBUGFS, SECURITYFS, TRACEFS superblock magics.
+    const KERNEL_FS: [i64; 7] = [
+        0x9fa0,
+        0x6265_6572,
+        0x0027_e0eb,
+        0x6367_7270,
+        0x6462_6720,
+        0x7363_6673,
+        0x7472_6163,
+    ];
+    if let Ok(fs) = rustix::fs::statfs(dir) {
+        // f_type is i64 here, another integer type elsewhere.
+        #[allow(clippy::unnecessary_cast)]
+        let kind = fs.f_type as i64;
+        if KERNEL_FS.contains(&kind) {
+            return Some("is on a kernel filesystem (proc, sysfs, cgroup)");
+        }
+    }
+    if let Ok(vfs) = rustix::fs::statvfs(dir) {
+        if vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
+            return Some("is on a read-only mount");
+        }
+    }
+    if rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).is_err() {
+        return Some("is not writable by this user");
+    }
+    None
+}
+
+impl Config {
+    /// Read the environment: every variable of [`SETTINGS`] is checked, and all the bad
+    /// ones are reported together. Creates nothing.
+    pub fn from_env() -> Result<Self> {
+        Config::from_vars(&|name| std::env::var_os(name))
+    }
+
+    /// [`Config::from_env`] with the variables read through `lookup` instead.
+    pub fn from_vars(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<Self> {
+        let mut vars = Vars {
+            lookup,
+            problems: Vec::new(),
+        };
+        let configured = vars.parse("SYMMWIN_TIMEOUT_MS", timeout_ms);
+        let handle = vars
+            .parse("SYMMWIN_HANDLE_TYPE", |v| {
+                v.parse::<HandlePreference>()
+                    .map_err(|_| "is not a handle type".to_owned())
+            })
+            .unwrap_or(HandlePreference::Auto);
+        let socket_dir = vars
+            .parse("SYMMWIN_SOCKET_DIR", directory)
+            .unwrap_or_else(|| default_socket_dir(lookup));
+        vars.parse("SYMMWIN_STORE_DIR", directory);
+        vars.parse("SYMMWIN_LOG", |v| crate::logging::parse(v).map(drop));
+        let host_id = vars.parse("SYMMWIN_HOST_ID", host_id);
+        vars.parse("SYMMWIN_OPS_ENGINE", |v| {
+            v.parse::<crate::ops::Engine>()
+                .map_err(|_| "is not an engine".to_owned())
+        });
+        let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);
+        if !vars.problems.is_empty() {
+            return Err(Error::invalid(vars.problems.join("; ")));
+        }
         Ok(Config {
-            timeout,
-            device_timeout,
-            timeout_from_env,
+            timeout: configured.unwrap_or(DEFAULT_TIMEOUT),
+            device_timeout: configured.unwrap_or(DEFAULT_DEVICE_TIMEOUT),
+            timeout_from_env: configured.is_some(),
             handle,
             socket_dir,
             host_id,
+            debug_free,
         })
     }
 }
@@ -126,10 +354,10 @@ impl Config {
     }
 }
 
-fn default_socket_dir() -> PathBuf {
+fn default_socket_dir(lookup: &dyn Fn(&str) -> Option<OsString>) -> PathBuf {
     let uid = rustix::process::getuid().as_raw();
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("symmwin"),
+    match lookup("XDG_RUNTIME_DIR") {
+        Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir).join("symmwin"),
         _ => std::env::temp_dir().join(format!("symmwin-{uid}")),
     }
 }
@@ -141,15 +369,34 @@ impl Default for Config {
             device_timeout: DEFAULT_DEVICE_TIMEOUT,
             timeout_from_env: false,
             handle: HandlePreference::Auto,
-            socket_dir: default_socket_dir(),
+            socket_dir: default_socket_dir(&|name| std::env::var_os(name)),
             host_id: None,
+            debug_free: false,
         }
+    }
+}
+
+#[cfg(test)]
+fn table<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+    move |name| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| std::ffi::OsStr::new(v).to_owned())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused(pairs: &[(&str, &str)]) -> String {
+        let err = Config::from_vars(&table(pairs)).unwrap_err();
+        match err.into_kind() {
+            crate::ErrorKind::InvalidArgument(why) => why,
+            other => panic!("not an argument error: {other}"),
+        }
+    }
 
     #[test]
     fn the_process_group_timeout_applies_unless_the_environment_sets_one() {
@@ -164,5 +411,102 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(set.group_timeout(group), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn every_bad_value_names_its_variable_its_value_and_what_is_allowed() {
+        let cases = [
+            (
+                "SYMMWIN_TIMEOUT_MS",
+                "-5",
+                "is negative; allowed: a whole number",
+            ),
+            ("SYMMWIN_TIMEOUT_MS", "five", "is not a number"),
+            ("SYMMWIN_TIMEOUT_MS", "0", "is zero"),
+            ("SYMMWIN_TIMEOUT_MS", "99999999999999999999", "is too large"),
+            (
+                "SYMMWIN_HANDLE_TYPE",
+                "nvlink",
+                "allowed: auto, fd or fabric",
+            ),
+            ("SYMMWIN_SOCKET_DIR", "relative/dir", "is a relative path"),
+            (
+                "SYMMWIN_SOCKET_DIR",
+                "/proc/nope",
+                "cannot be created: /proc is on a kernel",
+            ),
+            (
+                "SYMMWIN_STORE_DIR",
+                "/etc/passwd",
+                "exists and is not a directory",
+            ),
+            (
+                "SYMMWIN_STORE_DIR",
+                "/etc/passwd/x",
+                "/etc/passwd is not a directory",
+            ),
+            ("SYMMWIN_LOG", "symmwin=loud", "is not a log filter"),
+            ("SYMMWIN_HOST_ID", " node1", "has surrounding whitespace"),
+            ("SYMMWIN_HOST_ID", "node1\n", "has surrounding whitespace"),
+            ("SYMMWIN_HOST_ID", "no\tde", "control character"),
+            (
+                "SYMMWIN_OPS_ENGINE",
+                "bogus",
+                "is not an engine; allowed: auto, sm or copy_engine",
+            ),
+            (
+                "SYMMWIN_DEBUG_FREE",
+                "yes",
+                "is not a switch; allowed: 0 or 1",
+            ),
+        ];
+        for (name, value, expected) in cases {
+            let why = refused(&[(name, value)]);
+            let head = format!("{name}={value:?} ");
+            assert!(why.starts_with(&head), "{name}={value:?}: {why}");
+            assert!(why.contains(expected), "{name}={value:?}: {why}");
+            // One prefix, not the kind's text repeated inside the reason.
+            assert!(!why.contains("invalid argument"), "{why}");
+        }
+    }
+
+    #[test]
+    fn all_bad_values_are_reported_together() {
+        let why = refused(&[("SYMMWIN_TIMEOUT_MS", "-5"), ("SYMMWIN_OPS_ENGINE", "x")]);
+        assert!(
+            why.contains("SYMMWIN_TIMEOUT_MS") && why.contains("SYMMWIN_OPS_ENGINE"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn good_values_are_read_and_nothing_is_created() {
+        let dir = std::env::temp_dir().join(format!("symmwin-cfg-{}/a/b", std::process::id()));
+        let dir_text = dir.to_str().unwrap();
+        let config = Config::from_vars(&table(&[
+            ("SYMMWIN_TIMEOUT_MS", " 1500 "),
+            ("SYMMWIN_HANDLE_TYPE", "fd"),
+            ("SYMMWIN_SOCKET_DIR", dir_text),
+            ("SYMMWIN_HOST_ID", "node 1"),
+            ("SYMMWIN_OPS_ENGINE", "sm"),
+            ("SYMMWIN_DEBUG_FREE", "1"),
+            ("SYMMWIN_LOG", ""),
+        ]))
+        .unwrap();
+        assert_eq!(config.timeout, Duration::from_millis(1500));
+        assert!(config.timeout_from_env);
+        assert_eq!(config.handle, HandlePreference::Fd);
+        assert_eq!(config.socket_dir, dir);
+        assert_eq!(config.host_id.as_deref(), Some("node 1"));
+        assert!(config.debug_free);
+        assert!(!dir.exists() && !dir.parent().unwrap().parent().unwrap().exists());
+    }
+
+    #[test]
+    fn empty_values_mean_unset() {
+        let names: Vec<(&str, &str)> = SETTINGS.iter().map(|s| (s.name, "")).collect();
+        let config = Config::from_vars(&table(&names)).unwrap();
+        assert_eq!(config.timeout, DEFAULT_TIMEOUT);
+        assert!(config.host_id.is_none() && !config.debug_free);
     }
 }

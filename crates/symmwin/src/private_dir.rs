@@ -17,7 +17,7 @@ pub(crate) fn ensure(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
     {
         // Something else by that name: the checks below say what is wrong with it.
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(Error::os(phase, "mkdir", e))
+            return Err(Error::os(phase, "mkdir", naming(e, what, dir)))
         }
         _ => {}
     }
@@ -34,7 +34,8 @@ pub(crate) fn verify(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
             ErrorKind::Rejected(format!("{what} {}: {why}", dir.display())),
         )
     };
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::os(phase, "lstat", e))?;
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| Error::os(phase, "lstat", naming(e, what, dir)))?;
     if !meta.file_type().is_dir() {
         return Err(refuse("is not a directory (a symlink is refused)".into()));
     }
@@ -54,6 +55,11 @@ pub(crate) fn verify(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
     Ok(())
 }
 
+/// `e` with the path it concerns: "No such file or directory (socket directory /x)".
+fn naming(e: std::io::Error, what: &str, path: &Path) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{e} ({what} {})", path.display()))
+}
+
 /// Every directory above `dir` must be safe from other users: owned by us or root,
 /// and if others may write to it, sticky (so they cannot rename `dir` away and put
 /// their own in its place).
@@ -61,7 +67,8 @@ fn check_ancestors(dir: &Path, what: &str, phase: Phase) -> Result<()> {
     let uid = rustix::process::getuid().as_raw();
     let absolute = std::path::absolute(dir).map_err(|e| Error::os(phase, "getcwd", e))?;
     for parent in absolute.ancestors().skip(1) {
-        let meta = std::fs::metadata(parent).map_err(|e| Error::os(phase, "stat", e))?;
+        let meta = std::fs::metadata(parent)
+            .map_err(|e| Error::os(phase, "stat", naming(e, "parent directory", parent)))?;
         let mode = meta.mode();
         let others_write = mode & 0o022 != 0;
         let sticky = mode & 0o1000 != 0;
@@ -115,5 +122,21 @@ mod tests {
         )
         .unwrap();
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_created_is_named() {
+        let err = ensure(
+            Path::new("/proc/nope/sockets"),
+            "socket directory",
+            "the sockets",
+            Phase::Exchange,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("mkdir failed") && err.contains("(socket directory /proc/nope/sockets)"),
+            "{err}"
+        );
     }
 }

@@ -561,7 +561,7 @@ const CASES: &[Case] = &[
     (
         "SYMMWIN_HANDLE_TYPE=bogus",
         |_| env_case("SYMMWIN_HANDLE_TYPE", "bogus"),
-        &["SYMMWIN_HANDLE_TYPE=\"bogus\": expected auto, fd or fabric"],
+        &["SYMMWIN_HANDLE_TYPE=\"bogus\" is not a handle type; allowed: auto, fd or fabric"],
     ),
     (
         "SYMMWIN_TIMEOUT_MS=abc, -5 and 0",
@@ -572,8 +572,8 @@ const CASES: &[Case] = &[
         },
         &[
             "SYMMWIN_TIMEOUT_MS=\"abc\" is not a number",
-            "SYMMWIN_TIMEOUT_MS=\"-5\" is not a number",
-            "SYMMWIN_TIMEOUT_MS must be positive",
+            "SYMMWIN_TIMEOUT_MS=\"-5\" is negative",
+            "SYMMWIN_TIMEOUT_MS=\"0\" is zero",
         ],
     ),
     (

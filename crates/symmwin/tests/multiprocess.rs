@@ -140,12 +140,14 @@ fn cycles(rank: usize, world: usize) -> String {
         rng ^= rng << 17;
         rng
     };
-    // A first cycle creates the pad pool, which lives as long as the group.
-    let warm = Allocation::new(provider.clone(), 4096).unwrap();
-    drop(group.rendezvous(&warm).unwrap());
-    drop(warm);
+    // A first window creates the pad pool, which lives as long as the group, and
+    // stays to line the ranks up: every rank counts before any starts cycle 0, since
+    // a fast peer's first handle, queued here early, would count as one of ours.
+    let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let sync = group.rendezvous(&sync_alloc).unwrap();
     symmwin::testing::window_cache::flush();
     let (fds0, maps0) = (open_fds(), mappings());
+    sync.barrier(SignalOptions::default()).unwrap();
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     for i in 0..cycles {
         let size = 1 + (i * 7919) % (3 << 16);
@@ -165,12 +167,13 @@ fn cycles(rank: usize, world: usize) -> String {
     // collective (on fresh memory, so with handles) so every rank has deleted its
     // last request key.
     symmwin::testing::window_cache::flush();
-    let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
-    let sync = group.rendezvous(&sync_alloc).unwrap();
-    sync.barrier(SignalOptions::default()).unwrap();
-    drop((sync, sync_alloc));
+    let last_alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let last = group.rendezvous(&last_alloc).unwrap();
+    last.barrier(SignalOptions::default()).unwrap();
+    drop((last, last_alloc));
     symmwin::testing::window_cache::flush();
     let (fds1, maps1) = (open_fds(), mappings());
+    sync.barrier(SignalOptions::channel(1)).unwrap();
     format!(
         "fds={fds0}->{fds1} maps={maps0}->{maps1} keys={} pools={}",
         store.len().unwrap(),
@@ -291,11 +294,29 @@ fn signals(rank: usize, world: usize) -> String {
     )
 }
 
-/// Rank 1 starts late; meanwhile an intruder sprays forged handles at every socket.
+/// The file the intruder creates once it has sprayed every socket.
+fn intruder_done() -> PathBuf {
+    Path::new(&std::env::var("STORE").unwrap()).with_file_name("intruder-done")
+}
+
+/// Wait (bounded) until `ready` holds: steps of a scenario are ordered by what the
+/// other processes did, never by how long they usually take.
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + DEFAULT_LIMIT;
+    while !ready() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Rank 1 comes once an intruder has sprayed forged handles at every socket, so they
+/// are queued at rank 0 before rank 1's real messages.
 fn intruded(rank: usize, world: usize) -> String {
     let (group, provider) = join(rank, world);
     if rank == 1 {
-        std::thread::sleep(Duration::from_millis(700));
+        wait_until("the intruder sprayed the sockets", || {
+            intruder_done().exists()
+        });
     }
     let alloc = Allocation::new(provider, 4096).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
@@ -332,8 +353,13 @@ fn forge_to_all(dir: &Path) -> usize {
 
 fn intruder() -> String {
     let dir = PathBuf::from(std::env::var("SYMMWIN_SOCKET_DIR").unwrap());
-    std::thread::sleep(Duration::from_millis(300));
-    format!("sent={}", forge_to_all(&dir))
+    // Both ranks have joined (bound their sockets) before anything is sent.
+    wait_until("both ranks bound their sockets", || {
+        common::entries(&dir) >= 2
+    });
+    let sent = forge_to_all(&dir);
+    std::fs::write(intruder_done(), b"").unwrap();
+    format!("sent={sent}")
 }
 
 /// Run as another uid: try to reach a socket in our private directory, to plant a
@@ -440,7 +466,10 @@ fn a_rank_that_dies_before_publishing_is_named_within_the_timeout() {
     let (survivors, code) = rank_2_dies("die1", "die_before_publish");
     for r in &survivors {
         let secs: f64 = r.split('s').next().unwrap().parse().unwrap();
-        assert!(secs < 2.5, "{r}");
+        // The deadline (1.5 s) ends the wait: not before it, and not long after it
+        // even on a loaded machine (a missed deadline would wait the full 120 s limit).
+        assert!((1.4..15.0).contains(&secs), "{r}");
+        assert!(r.contains("after 1.5 s"), "{r}");
         assert!(r.contains("waiting for rank(s) [2]"), "{r}");
     }
     assert_eq!(code, Some(3));

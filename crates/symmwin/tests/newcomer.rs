@@ -59,12 +59,10 @@ fn assert_quoted(message: &str, store: &std::path::Path) {
     );
 }
 
-fn config(tag: &str, timeout_ms: u64) -> Config {
-    Config {
-        timeout: Duration::from_millis(timeout_ms),
-        socket_dir: std::env::temp_dir().join(format!("symmwin-nc-{tag}-{}", std::process::id())),
-        ..Config::default()
-    }
+fn config(tag: &str, timeout_ms: u64) -> common::TestConfig {
+    common::TestConfig::new(&format!("nc-{tag}"), |c| {
+        c.timeout = Duration::from_millis(timeout_ms)
+    })
 }
 
 #[test]
@@ -190,4 +188,66 @@ fn a_world_group_timeout_stays_short_and_rounds_its_duration() {
         err,
         "symmwin rank 0 [gather]: timed out after 1.0 s waiting for rank(s) [1]"
     );
+}
+
+/// The README's configuration table lists exactly the variables the core checks, in
+/// the same order: a variable added to one and not the other fails here.
+#[test]
+fn the_readme_lists_every_setting() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme
+        .split("## Configuration")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has a Configuration section");
+    let listed: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let known: Vec<&str> = symmwin::config::SETTINGS.iter().map(|s| s.name).collect();
+    assert_eq!(
+        listed, known,
+        "README configuration table vs config::SETTINGS"
+    );
+    for setting in symmwin::config::SETTINGS {
+        let row = section
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}`", setting.name)))
+            .unwrap();
+        assert_eq!(row.matches(" | ").count(), 3, "four columns: {row}");
+    }
+}
+
+/// A test process leaves nothing in the temp dir or /dev/shm: the other tests of this
+/// binary run in a child process, and whatever carries its pid afterwards is a leftover.
+#[test]
+fn the_tests_leave_no_directories_behind() {
+    if std::env::var_os("SYMMWIN_LEFTOVER_CHILD").is_some() {
+        return; // the child runs every other test, not this one again
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--test-threads=2",
+            "--skip",
+            "the_tests_leave_no_directories_behind",
+        ])
+        .env("SYMMWIN_LEFTOVER_CHILD", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = common::leftovers_of(pid);
+    for path in &left {
+        let _ = std::fs::remove_dir_all(path);
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

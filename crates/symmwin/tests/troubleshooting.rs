@@ -83,7 +83,10 @@ fn threads(
             })
         })
         .collect();
-    ranks.into_iter().map(|t| t.join().unwrap()).collect()
+    let errors = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+    // The ranks' socket directory, which the library created: leave nothing behind.
+    let _ = std::fs::remove_dir_all(config(tag).socket_dir);
+    errors
 }
 
 #[test]

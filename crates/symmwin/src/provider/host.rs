@@ -248,26 +248,75 @@ impl Span for HostSpan {
         }
         let page = page_size();
         if offset % page == 0 && len % page == 0 && len > 0 {
-            // Whole pages of a memfd: dropping them from the file reads back as zeros
-            // in every mapping, without touching (or faulting in) a byte. A memory
-            // handed out again by the window cache is zeroed this way.
-            // SAFETY: the range is inside the span, page-aligned, and shared memfd
-            // pages; nothing but their contents changes.
-            let removed = unsafe {
-                rustix::mm::madvise(
-                    (self.base + offset) as *mut _,
-                    len,
-                    rustix::mm::Advice::LinuxRemove,
-                )
-            };
-            if removed.is_ok() {
-                return Ok(());
-            }
+            zero_pages(self.base + offset, len, page);
+            return Ok(());
         }
         // SAFETY: the range is inside the span and mapped read/write (checked above).
         unsafe { std::ptr::write_bytes((self.base + offset) as *mut u8, 0, len) };
         Ok(())
     }
+}
+
+/// Zero whole pages of shared memfd mappings at `addr`: resident pages in place
+/// (memset), the others by dropping them from the file (`MADV_REMOVE`).
+///
+/// The decision, measured on a 2-core x86-64 VM (Linux 6.18, 2026-12-01), zeroing a
+/// resident range and then copying into it as the next user does:
+///
+/// | range | `MADV_REMOVE`, then copy | memset, then copy | `MADV_REMOVE` + `MADV_POPULATE_WRITE`, then copy |
+/// | --- | --- | --- | --- |
+/// | 4 MiB | 0.32 ms, 1.47 ms (2.8 GB/s) | 0.13 ms, 0.26 ms (16 GB/s) | 0.96 ms, 0.28 ms |
+/// | 64 MiB | 5.6 ms, 59.5 ms (1.1 GB/s) | 3.1 ms, 9.1 ms (7.4 GB/s) | 35.3 ms, 5.3 ms |
+/// | 256 MiB | 26.7 ms, 181 ms (1.5 GB/s) | 24.1 ms, 26.6 ms (10 GB/s) | 148 ms, 28.9 ms |
+///
+/// Dropping pages makes the next user fault every one in again (the copy runs at a
+/// fifth of its speed, and the CPU ops and the demo measured faults); pre-faulting
+/// them back costs more than zeroing in place. memset is the cheapest for pages that
+/// are there, but would commit memory nobody touched (a bench window of 1 TiB of
+/// which 3 bytes were written): so pages are checked with `mincore` first (about 1.6
+/// ms per GiB of untouched range, nothing measurable for resident ones) and only
+/// those not resident, whose zeroing by removal costs no fault later since nobody
+/// used them, are dropped. Swapped-out pages count as not resident: dropping them is
+/// correct too.
+fn zero_pages(addr: usize, len: usize, page: usize) {
+    const CHUNK_PAGES: usize = 1 << 16;
+    let mut resident = vec![0u8; CHUNK_PAGES.min(len / page)];
+    let mut at = 0;
+    while at < len {
+        let chunk = (len - at).min(CHUNK_PAGES * page);
+        let pages = chunk / page;
+        // SAFETY: the range is page-aligned, inside one span's mapped regions (checked
+        // by the caller), and `resident` has room for one byte per page of it.
+        let rc = unsafe { libc::mincore((addr + at) as *mut _, chunk, resident.as_mut_ptr()) };
+        let mut first = 0;
+        while first < pages {
+            let in_memory = rc != 0 || resident[first] & 1 != 0;
+            let run = resident[first..pages]
+                .iter()
+                .take_while(|&&r| rc != 0 || (r & 1 != 0) == in_memory)
+                .count();
+            let start = addr + at + first * page;
+            zero_run(start, run * page, in_memory);
+            first += run;
+        }
+        at += chunk;
+    }
+}
+
+/// Zero `len` bytes of mapped memfd pages at `start`: in place when `in_memory`, else
+/// by dropping them (memset if the kernel refuses).
+fn zero_run(start: usize, len: usize, in_memory: bool) {
+    if !in_memory {
+        // SAFETY: the range is page-aligned shared memfd pages inside a span; only
+        // their contents change (they read back as zeros in every mapping).
+        let removed =
+            unsafe { rustix::mm::madvise(start as *mut _, len, rustix::mm::Advice::LinuxRemove) };
+        if removed.is_ok() {
+            return;
+        }
+    }
+    // SAFETY: the range is inside the span and mapped read/write (checked by `zero`).
+    unsafe { std::ptr::write_bytes(start as *mut u8, 0, len) };
 }
 
 impl Drop for HostSpan {
@@ -457,6 +506,38 @@ impl Flip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which of `pages` pages at `addr` are resident.
+    fn resident(addr: usize, pages: usize) -> Vec<bool> {
+        let mut v = vec![0u8; pages];
+        // SAFETY: the range is a mapped span of `pages` pages; `v` has a byte per page.
+        let rc = unsafe { libc::mincore(addr as *mut _, pages * page_size(), v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        v.iter().map(|b| b & 1 != 0).collect()
+    }
+
+    #[test]
+    fn zeroing_keeps_touched_pages_in_memory_and_commits_no_untouched_one() {
+        let provider = HostProvider::new();
+        let page = page_size();
+        let memory = provider.create(8 * page).unwrap();
+        let mut span = provider.reserve(8 * page).unwrap();
+        span.map(0, memory.as_ref()).unwrap();
+        let base = span.base();
+        // Pages 1, 2 and 5 hold data; the others were never touched.
+        for p in [1, 2, 5] {
+            // SAFETY: page p of the mapped span.
+            unsafe { std::ptr::write_bytes((base + p * page) as *mut u8, 0xAB, page) };
+        }
+        span.zero(0, 8 * page).unwrap();
+        // Touched pages stay (the next write does not fault); untouched ones stay out.
+        // (Checked before reading: a read faults a page in.)
+        let expected: Vec<bool> = (0..8).map(|p| [1, 2, 5].contains(&p)).collect();
+        assert_eq!(resident(base, 8), expected);
+        // SAFETY: the span is mapped read/write, 8 pages long.
+        let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, 8 * page) };
+        assert!(bytes.iter().all(|&b| b == 0), "zeroed");
+    }
 
     #[test]
     fn a_write_sealed_memfd_is_refused_naming_the_seal() {

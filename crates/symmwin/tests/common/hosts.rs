@@ -118,11 +118,12 @@ impl RemotePeers for MailboxPeers {
     }
 }
 
-pub fn config(host: &str, tag: &str) -> Config {
+/// The configuration of a rank on `host` whose sockets live in `sockets` (one
+/// directory for every rank of a test, removed with it).
+pub fn config(host: &str, sockets: &super::TempDir) -> Config {
     Config {
         timeout: Duration::from_millis(2000),
-        socket_dir: std::env::temp_dir()
-            .join(format!("symmwin-hosts-{tag}-{}", std::process::id())),
+        socket_dir: sockets.path().to_path_buf(),
         host_id: Some(host.to_owned()),
         ..Config::default()
     }
@@ -147,12 +148,13 @@ pub fn spanning_in<T: Send>(
     body: impl Fn(usize, Group) -> T + Sync,
 ) -> Vec<T> {
     let world = hosts.len();
+    let sockets = super::TempDir::new(&format!("hosts-{tag}"));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 let store = store.clone();
                 let body = &body;
-                let config = config(hosts[rank], tag);
+                let config = config(hosts[rank], &sockets);
                 s.spawn(move || {
                     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
                     let group =

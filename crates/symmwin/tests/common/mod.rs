@@ -68,6 +68,81 @@ pub fn one_malloc_arena() -> (&'static str, String) {
     ("MALLOC_ARENA_MAX", "1".into())
 }
 
+/// A directory for one test under the system temp dir, named after this process and
+/// removed with everything in it when the guard drops (as `tempfile::TempDir`). Not
+/// created here: the library creates a socket directory itself, `0700`.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        TempDir(std::env::temp_dir().join(format!(
+            "symmwin-test-{tag}-{}-{:x}",
+            std::process::id(),
+            symmwin::token::random_u64()
+        )))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A [`Config`] whose socket directory is a [`TempDir`]: use it where a `&Config` is
+/// wanted; the directory goes when it drops.
+pub struct TestConfig {
+    pub config: Config,
+    _dir: TempDir,
+}
+
+impl TestConfig {
+    /// `Config::default()` with its socket directory in a fresh [`TempDir`], then `edit`.
+    pub fn new(tag: &str, edit: impl FnOnce(&mut Config)) -> TestConfig {
+        let dir = TempDir::new(tag);
+        let mut config = Config {
+            socket_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        edit(&mut config);
+        TestConfig { config, _dir: dir }
+    }
+}
+
+impl std::ops::Deref for TestConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+/// Files and directories under the temp dir and /dev/shm that a symmwin test process
+/// `pid` left behind: names starting with "symmwin" that carry `-<pid>` whole.
+pub fn leftovers_of(pid: u32) -> Vec<PathBuf> {
+    let tag = format!("-{pid}");
+    let carries_pid = |name: &str| {
+        name.match_indices(&tag).any(|(at, _)| {
+            let after = name[at + tag.len()..].chars().next();
+            after.is_none_or(|c| !c.is_ascii_digit())
+        })
+    };
+    [std::env::temp_dir(), PathBuf::from("/dev/shm")]
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("symmwin") && carries_pid(&name)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// A job's private directory (store, sockets, worker output), removed on drop.
 pub struct Job {
     pub dir: PathBuf,

@@ -1,0 +1,58 @@
+//! A run that cannot fit the machine is refused before any rank is started. Alone in
+//! its own test binary: it makes this process a child subreaper, so any rank the
+//! command did fork would be handed to it (and counted) when the command exits.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Children of this process that are left (or were handed to it): 0 when none.
+fn leftover_children() -> usize {
+    let mut count = 0;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with WNOHANG writes the status into our own integer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        match pid {
+            -1 => return count, // ECHILD: no children at all
+            0 => {
+                // A live child: it was forked, and dies with its supervisor soon.
+                count += 1;
+                std::thread::sleep(Duration::from_millis(50));
+                if count > 100 {
+                    return count;
+                }
+            }
+            _ => count += 1,
+        }
+    }
+}
+
+#[test]
+fn a_world_of_a_million_is_refused_without_forking_a_rank() {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and changes only us.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_symmwin"))
+        .args(["demo", "--world", "1000000", "--provider", "host"])
+        .env_remove("SYMMWIN_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.starts_with("symmwin setup failed: world 1000000 x 4 MiB needs "),
+        "{err}"
+    );
+    assert!(
+        err.contains("of host memory") && err.contains("available"),
+        "{err}"
+    );
+    assert!(err.contains("--size or --world lower it"), "{err}");
+    assert!(err.trim_end().ends_with("(no rank was started)"), "{err}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(leftover_children(), 0, "the command forked ranks");
+}
