@@ -88,7 +88,8 @@ step "wheel: torch tests from the installed wheel"
 # in-place build, and here only the wheel may be imported.
 mkdir -p "$work/src/tests"
 cp -r "$root/tests/torch" "$work/src/tests/"
-cp -r "$root/bench" "$root/examples" "$work/src/"
+cp -r "$root/bench" "$root/examples" "$root/docs" "$root/README.md" "$work/src/"
 cd "$work/src"
-if [ $# -eq 0 ]; then set -- tests/torch -q; fi
+# -rs: the reasons of the skipped tests, grouped (the GPU tests skip without a GPU).
+if [ $# -eq 0 ]; then set -- tests/torch -q -rs; fi
 "$vpy" -m pytest -p no:cacheprovider "$@"
