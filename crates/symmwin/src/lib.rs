@@ -40,6 +40,7 @@ pub mod error;
 pub(crate) mod exchange;
 mod export_ahead;
 pub mod group;
+pub mod interrupt;
 pub mod layout;
 mod limits;
 pub mod logging;
@@ -57,6 +58,7 @@ pub mod store;
 pub mod testing;
 mod text;
 pub mod token;
+mod waiting;
 pub mod window;
 pub(crate) mod window_cache;
 
