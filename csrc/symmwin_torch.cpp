@@ -43,6 +43,7 @@ namespace {
 
 namespace py = pybind11;
 namespace sm = c10d::symmetric_memory;
+using symmwin_torch::without_gil;
 
 // torch's own default when no group is given (the world group's registered name).
 constexpr const char* kWorldGroup = "0";
@@ -452,18 +453,24 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
   void barrier(int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream());
+    }));
   }
 
   void put_signal(int dst_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream());
+    }));
   }
 
   void wait_signal(int src_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream());
+    }));
   }
 
   int get_rank() override {
@@ -612,8 +619,10 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const std::string group = group_name.value_or(alloc_group(alloc.base));
     ensure_group(group, alloc.device);
     SymmwinWindow* window = nullptr;
-      const auto status = symmwin_rendezvous(
-        ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
+    const auto status = without_gil([&] {
+      return symmwin_rendezvous(
+          ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
+    });
     if (status == SYMMWIN_NOT_FOUND) {
       return nullptr;
     }
@@ -652,8 +661,9 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const int device = symmwin_device(-1);
     ensure_group(group, device);
     SymmwinWindow* window = nullptr;
-      const auto status = symmwin_rendezvous(
-        ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
+    const auto status = without_gil([&] {
+      return symmwin_rendezvous(ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
+    });
     if (status != SYMMWIN_NOT_FOUND) {
       check(status);
       symmwin_window_release(window); // Allocated meanwhile by another thread.
@@ -699,6 +709,7 @@ extern "C" int32_t python_signal_raised() noexcept {
 #endif
   const PyGILState_STATE gil = PyGILState_Ensure();
   const int raised = PyErr_CheckSignals() != 0 ? 1 : 0;
+
   PyGILState_Release(gil);
   return raised;
 }

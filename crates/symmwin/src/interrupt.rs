@@ -52,3 +52,21 @@ pub(crate) fn check(phase: Phase) -> Result<()> {
         false => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yes() -> bool {
+        true
+    }
+
+    #[test]
+    fn a_hook_that_says_yes_interrupts() {
+        set_check(Some(yes));
+        let result = check(Phase::Signal);
+        set_check(None);
+        assert!(matches!(result.unwrap_err().kind(), ErrorKind::Interrupted));
+        assert!(check(Phase::Signal).is_ok());
+    }
+}
