@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod ending;
 mod failure;
 mod interrupt;
 mod launch;
