@@ -72,7 +72,7 @@ pub use ops::{Engine, OpOptions, Operand};
 pub use provider::host::HostProvider;
 pub use provider::{HandleType, Provider, ProviderInfo, ProviderKind};
 pub use registry::Registry;
-pub use rendezvous::locality::FabricDomain;
+pub use provider::FabricDomain;
 pub use rendezvous::PhaseTimes;
 pub use signal::{SignalOptions, Stream};
 pub use store::{FileStore, MemoryStore, Store};

@@ -12,10 +12,12 @@ use crate::registry::Registry;
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
-use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
-use super::plan::{in_table_len, Shape};
+use crate::provider::device_ops::plan::{in_table_len, Shape};
+use crate::provider::device_ops::{
+    OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, TileReduce, Transfer, VarArgs,
+};
 use super::rank::Rank;
-use super::request::{OpRequest, TileReduce, Transfer};
+use crate::provider::device_ops::OpRequest;
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 

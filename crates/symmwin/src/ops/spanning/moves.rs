@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{Provider, ProviderKind, Table};
 use crate::signal::remote::{data_tag, failure, Direction, Transfer};
 
-use super::super::args::{OpContext, SymmBuf};
+use crate::provider::device_ops::{OpContext, SymmBuf};
 use super::SpanningOps;
 
 /// A copy between two mapped addresses of this process.

@@ -4,9 +4,8 @@
 
 use crate::error::Result;
 
-use super::super::args::{OpContext, ReduceOp, SymmBuf, Tile};
-use super::super::elem;
-use super::super::request::TileReduce;
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
 use super::moves::{Moves, Scratch};
 use super::SpanningOps;
 

@@ -19,7 +19,7 @@ use super::driver::{self, PhaseExt};
 use super::nvml::{FabricInfo, Nvml, NvmlFailure, NvmlStatus, NVML_SUCCESS};
 use crate::error::Phase;
 use crate::provider::HandleType;
-use crate::rendezvous::locality::FabricDomain;
+use crate::provider::FabricDomain;
 
 /// The NVML library every driver installation ships (the unversioned name is a
 /// development symlink).

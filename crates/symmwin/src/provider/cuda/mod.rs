@@ -246,12 +246,12 @@ impl Provider for CudaProvider {
         &*self.signals
     }
 
-    fn ops(&self) -> &dyn crate::ops::DeviceOps {
+    fn ops(&self) -> &dyn crate::provider::device_ops::DeviceOps {
         &self.ops
     }
 
     /// Read from NVML once, and only for fabric handles (POSIX fds never leave the host).
-    fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
+    fn fabric_domain(&self) -> Option<crate::provider::FabricDomain> {
         self.fabric_domain.get(self.ctx.ordinal, self.handle_type)
     }
 

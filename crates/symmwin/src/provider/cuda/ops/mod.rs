@@ -18,7 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, OpRequest, SignalWait};
+use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait};
 use crate::provider::StreamHandle;
 
 mod collective;

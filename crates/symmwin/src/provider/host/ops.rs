@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::provider::host::{timed_out, wait_until, HostSignals, HostWait};
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::plan::{in_table_len, plan, Plan, Shape};
+use crate::provider::device_ops::{
+    DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs,
+};
 use crate::provider::{PadSignal, SignalAt, Signals};
 
-use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
-use super::device::DeviceOps;
-use super::elem;
-use super::plan::{in_table_len, plan, Plan, Shape};
-use super::request::OpRequest;
+use super::signals::{timed_out, wait_until, HostSignals, HostWait};
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -79,7 +79,7 @@ fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
 
 /// This rank's own input table must stay inside its input rows (torch asserts it on
 /// the device; here it is an error after the op).
-pub(super) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+pub(crate) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
     let n = match shape {
         Shape::Combine => table.len() / 2,
         _ => table.len(),
