@@ -14,7 +14,7 @@ use std::io::IoSlice;
 use rustix::io::Errno;
 use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrUnix};
 
-use super::auth::check_peer_socket;
+use super::transport::check_peer_socket;
 use super::wire::{Message, Offer, Payload, FABRIC_LEN};
 use super::{Endpoint, PeerAddress, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};

@@ -12,14 +12,14 @@ use crate::registry::Registry;
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
+use super::rank::Rank;
+use super::spanning::SpanningOps;
+use super::{ops_channel, Engine};
 use crate::provider::device_ops::plan::{in_table_len, Shape};
+use crate::provider::device_ops::OpRequest;
 use crate::provider::device_ops::{
     OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, TileReduce, Transfer, VarArgs,
 };
-use super::rank::Rank;
-use crate::provider::device_ops::OpRequest;
-use super::spanning::SpanningOps;
-use super::{ops_channel, Engine};
 
 /// One operand: `len` bytes at byte `offset` of this rank's slot of `window` (and the
 /// same offset in every peer's slot).

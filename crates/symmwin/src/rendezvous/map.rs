@@ -242,7 +242,7 @@ impl Rendezvous<'_> {
                 false => traded.offers[r].unwrap_or_default(),
             })
             .collect();
-        window_cache::release(self.shared, &reuse::freed_everywhere(&offers));
+        window_cache::release(self.shared.cache_key, &reuse::freed_everywhere(&offers));
         own.take_over(&offers)
     }
 

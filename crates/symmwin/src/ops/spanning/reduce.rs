@@ -4,10 +4,10 @@
 
 use crate::error::Result;
 
-use crate::provider::device_ops::elem;
-use crate::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
 use super::moves::{Moves, Scratch};
 use super::SpanningOps;
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
 
 impl SpanningOps<'_> {
     /// Body of `tile_reduce` (inside the entry and exit barriers).

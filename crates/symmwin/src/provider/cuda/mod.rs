@@ -38,13 +38,14 @@ use context::PrimaryContext;
 use driver::PhaseExt;
 use fabric_domain::CachedFabricDomain;
 
+pub use context::device_count;
 pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain};
 pub use nvml::NvmlStatus;
 pub use ops::{
     CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
     MAX_SPLITS,
 };
-pub use probe::{device_count, peer_access, probe_device, DeviceReport, HandleSupport};
+pub use probe::{peer_access, probe_device, DeviceReport, HandleSupport};
 pub use signals::{kernels_built, CudaSignals, DEFAULT_OP_TIMEOUT, MAX_WORLD};
 pub use timeout_record::check_context;
 

@@ -98,7 +98,7 @@ impl DeviceOps for UnsupportedOps {
 mod tests {
     use super::*;
     use crate::layout::FlatLayout;
-    
+
     #[test]
     fn a_provider_without_ops_refuses_each_by_name() {
         let buf = SymmBuf {

@@ -30,7 +30,6 @@ impl Memory for HostMemory {
     }
 }
 
-
 #[derive(Debug)]
 pub struct HostSpan {
     pub(super) base: usize,
@@ -202,4 +201,3 @@ impl Table for HostTable {
         self.0.as_ptr() as usize
     }
 }
-
