@@ -36,6 +36,7 @@ pub mod config;
 pub mod debug_free;
 mod device_provider;
 pub mod device_timeout;
+mod engine;
 pub mod error;
 pub(crate) mod exchange;
 mod export_ahead;

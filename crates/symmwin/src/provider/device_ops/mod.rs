@@ -20,12 +20,11 @@
 
 mod args;
 pub(crate) mod elem;
-mod engine;
 pub mod plan;
 mod request;
 
+pub use crate::engine::{Engine, ENGINE_ENV};
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
-pub use engine::{Engine, ENGINE_ENV};
 pub use request::{OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
