@@ -167,7 +167,7 @@ fn config() -> symmwin::Result<Config> {
             ErrorKind::InvalidArgument(reason) => reason,
             other => other.to_string(),
         };
-        symmwin::logging::init(None).map_err(reason)?;
+        symmwin::init_logging(None).map_err(reason)?;
         Config::from_env().map_err(reason)
     });
     CONFIG.clone().map_err(symmwin::Error::invalid)
@@ -191,7 +191,7 @@ fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
     }
     if device >= 0 {
         // After a device wait trapped, say so before anything touches the lost context.
-        symmwin::provider::cuda::check_context()?;
+        symmwin::check_cuda_context()?;
     }
     let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = providers.get(&device) {
@@ -262,7 +262,7 @@ pub extern "C" fn symmwin_abi_version() -> c_int {
 
 /// A rank of a group of `world` ranks, range-checked by the core (never narrowed here).
 fn rank_arg(r: i64, world: usize, what: &str) -> symmwin::Result<usize> {
-    symmwin::ops::Rank::from(r).in_group(world, what)
+    symmwin::Rank::from(r).in_group(world, what)
 }
 
 /// The last error message of this thread (empty if none). Valid until the next call
@@ -412,10 +412,10 @@ pub unsafe extern "C" fn symmwin_group_init(
                 )))
             }
         };
-        if world > symmwin::group::MAX_WORLD {
+        if world > symmwin::MAX_WORLD {
             return Err(symmwin::Error::invalid(format!(
                 "world size {world} is larger than symmwin supports ({})",
-                symmwin::group::MAX_WORLD
+                symmwin::MAX_WORLD
             )));
         }
         let globals = if global_ranks.is_null() {
@@ -723,7 +723,7 @@ pub unsafe extern "C" fn symmwin_probe_json(
     needed: *mut usize,
 ) -> SymmwinStatus {
     guard(|| {
-        let json = symmwin::probe::machine_json();
+        let json = symmwin::probe_machine_json();
         if let Some(n) = unsafe { needed.as_mut() } {
             *n = json.len() + 1;
             if buf.is_null() {

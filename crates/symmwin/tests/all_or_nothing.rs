@@ -11,8 +11,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use symmwin::provider::host::page_size;
-use symmwin::store::Namespace;
+use symmwin::testing::page_size;
+use symmwin::testing::Namespace;
 use symmwin::testing::{nonzero_bytes, Endpoint, FABRIC_LEN};
 use symmwin::{
     Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store,
@@ -262,7 +262,7 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
                 .unwrap();
             let memory = provider.create(4096).unwrap();
             let handle = memory.export().unwrap();
-            let symmwin::provider::SharedHandle::Fd(fd) = &handle else {
+            let symmwin::SharedHandle::Fd(fd) = &handle else {
                 panic!("host memory travels as an fd");
             };
             let mut buf = [0u8; FABRIC_LEN];

@@ -164,7 +164,7 @@ impl Endpoint {
             seq: notice.seq,
             sender: u32::try_from(notice.rank).map_err(|_| beyond("rank"))?,
             world: u32::try_from(world).map_err(|_| beyond("world"))?,
-            token: address.token.0,
+            token: address.token.bytes(),
             physical_size: notice.blames.map_or(0, |b| b as u64 + 1),
             offer: Offer::default(),
             payload: Payload::GaveUp,

@@ -78,7 +78,7 @@ impl Endpoint {
             seq: round.seq,
             sender: round.rank as u32,
             world: round.peers.len() as u32,
-            token: address.token.0,
+            token: address.token.bytes(),
             physical_size: round.physical_size,
             offer,
             payload: match handle {

@@ -20,10 +20,7 @@ mod rank;
 mod spanning;
 
 pub use crate::provider::device_ops::plan;
-pub use crate::provider::device_ops::{
-    DeviceOps, ElemType, Engine, OpContext, OpRequest, ReduceOp, Rows, SignalWait, SymmBuf, Tile,
-    TileReduce, Transfer, UnsupportedOps, VarArgs, ENGINE_ENV,
-};
+pub use crate::provider::device_ops::{DeviceOps, ElemType, Engine, ReduceOp, Rows, Tile};
 pub use collective::{OpOptions, Operand};
 pub use rank::Rank;
 

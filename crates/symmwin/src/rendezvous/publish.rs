@@ -213,7 +213,7 @@ mod tests {
         let peers = peer_addresses(&requests, &keys).unwrap();
         let state = one.lock_state().unwrap();
         assert_eq!(peers[1].socket, state.endpoint.path());
-        assert!(peers[1].token.matches(&state.endpoint.token().0));
+        assert!(peers[1].token.matches(&state.endpoint.token().bytes()));
     }
 
     #[test]

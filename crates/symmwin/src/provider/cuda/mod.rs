@@ -41,12 +41,11 @@ use fabric_domain::CachedFabricDomain;
 pub use context::device_count;
 pub use fabric_domain::{read_fabric_domain, FabricDomainProbe, NoFabricDomain};
 pub use nvml::NvmlStatus;
-pub use ops::{
-    CudaOps, COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED, MAX_EXPERTS, MAX_ROOT_WORLD,
-    MAX_SPLITS,
-};
+pub use ops::CudaOps;
 pub use probe::{peer_access, probe_device, DeviceReport, HandleSupport};
-pub use signals::{kernels_built, CudaSignals, DEFAULT_OP_TIMEOUT, MAX_WORLD};
+#[cfg(test)]
+use signals::kernels_built;
+pub use signals::CudaSignals;
 pub use timeout_record::check_context;
 
 /// The CUDA VMM provider for one device.
@@ -118,7 +117,7 @@ impl CudaProvider {
     }
 
     /// The device-side wait used when a signal operation is given a zero timeout
-    /// (default [`DEFAULT_OP_TIMEOUT`]); tests shorten it.
+    /// (default [`DEFAULT_OP_TIMEOUT`](signals::DEFAULT_OP_TIMEOUT)); tests shorten it.
     pub fn set_op_timeout(&self, timeout: Duration) {
         self.signals.set_default_timeout(timeout);
     }

@@ -23,7 +23,7 @@ pub(crate) mod elem;
 pub mod plan;
 mod request;
 
-pub use crate::engine::{Engine, ENGINE_ENV};
+pub use crate::engine::Engine;
 pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
 pub use request::{OpRequest, TileReduce, Transfer};
 

@@ -18,8 +18,6 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use memory::{HostMemory, HostSpan, HostTable};
 pub(crate) use ops::{check_own_sends, HostOps};
 pub use signals::HostSignals;
-#[cfg(test)]
-use signals::{timed_out, wait_until, HostWait};
 
 /// Seals every region carries: a peer can neither shrink (SIGBUS for us) nor grow it.
 const REQUIRED_SEALS: SealFlags = SealFlags::SHRINK

@@ -27,9 +27,6 @@ mod module;
 mod one_sided;
 mod params;
 
-pub use grid::{COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED};
-pub use params::{MAX_EXPERTS, MAX_ROOT_WORLD, MAX_SPLITS};
-
 use module::{LoadFailure, OpsKernels};
 use one_sided::Direction::{Get, Put};
 use params::{OpId, OpsParams, WaitOp};
