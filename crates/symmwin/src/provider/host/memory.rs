@@ -10,6 +10,7 @@ use super::super::{downcast, Memory, SharedHandle, Span, Table};
 use super::page_size;
 use crate::error::{Error, Phase, Result};
 
+/// A sealed memfd region.
 #[derive(Debug)]
 pub struct HostMemory {
     pub(super) fd: OwnedFd,

@@ -43,8 +43,6 @@ pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 
-/// A sealed memfd region.
-
 impl Provider for HostProvider {
     fn info(&self) -> ProviderInfo {
         ProviderInfo {
