@@ -62,14 +62,23 @@ pub(crate) fn rank_arg(r: i64, world: usize, what: &str) -> symmwin::Result<usiz
     symmwin::Rank::from(r).in_group(world, what)
 }
 
-pub(crate) fn copy_out(s: &str, buf: *mut c_char, len: usize) -> symmwin::Result<SymmwinStatus> {
+/// Copy `s` and a NUL into `buf`, refusing a NULL or short buffer.
+///
+/// # Safety
+/// `buf` is NULL or valid for writes of `len` bytes.
+pub(crate) unsafe fn copy_out(
+    s: &str,
+    buf: *mut c_char,
+    len: usize,
+) -> symmwin::Result<SymmwinStatus> {
     if buf.is_null() || len < s.len() + 1 {
         return Err(symmwin::Error::invalid(format!(
             "buffer of {len} bytes is too small for {}",
             s.len() + 1
         )));
     }
-    // SAFETY: `buf` has room for `len > s.len()` bytes (checked above).
+    // SAFETY: `buf` is not NULL and, by the caller's contract, has room for
+    // `len > s.len()` bytes (checked above).
     unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
         *buf.add(s.len()) = 0;

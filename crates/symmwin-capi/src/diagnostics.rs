@@ -21,7 +21,8 @@ pub unsafe extern "C" fn symmwin_handle_type(
 ) -> SymmwinStatus {
     guard(|| {
         let name = provider(device)?.info().handle_type.to_string();
-        copy_out(&name, buf, len)
+        // SAFETY: `buf` is NULL or has room for `len` bytes (this entry point's contract).
+        unsafe { copy_out(&name, buf, len) }
     })
 }
 
@@ -40,13 +41,15 @@ pub unsafe extern "C" fn symmwin_probe_json(
 ) -> SymmwinStatus {
     guard(|| {
         let json = symmwin::probe_machine_json();
+        // SAFETY: `needed` is NULL or points to a writable `size_t` (the contract).
         if let Some(n) = unsafe { needed.as_mut() } {
             *n = json.len() + 1;
             if buf.is_null() {
                 return Ok(SymmwinOk);
             }
         }
-        copy_out(&json, buf, len)
+        // SAFETY: `buf` is NULL or has room for `len` bytes (this entry point's contract).
+        unsafe { copy_out(&json, buf, len) }
     })
 }
 

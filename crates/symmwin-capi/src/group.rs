@@ -37,6 +37,7 @@ pub unsafe extern "C" fn symmwin_group_init(
 ) -> SymmwinStatus {
     let store = store::CallbackStore::new(store);
     guard(move || {
+        // SAFETY: `name` is NULL or a NUL-terminated string (the contract).
         let name = unsafe { str_arg(name, "group name") }?;
         let (rank, world) = match (usize::try_from(rank), usize::try_from(world)) {
             (Ok(r), Ok(w)) => (r, w),

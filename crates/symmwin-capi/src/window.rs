@@ -56,6 +56,7 @@ pub unsafe extern "C" fn symmwin_rendezvous(
     guard(|| {
         // SAFETY: the pointers meet the `# Safety` contract of this entry point.
         let out = unsafe { out_arg(out, "out") }?;
+        // SAFETY: as above, `name` is NULL or a NUL-terminated string.
         let name = unsafe { str_arg(name, "group name") }?;
         let group = REGISTRY.group(name, device).ok_or_else(|| {
             symmwin::Error::invalid(format!("group {name} is not registered on device {device}"))

@@ -1,5 +1,6 @@
 //! The `symmwin` command: probe devices, run the verified all-to-all demo, benchmark
 //! rendezvous. Thin wiring over the `symmwin` library.
+#![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
