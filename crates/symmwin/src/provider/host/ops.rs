@@ -301,26 +301,19 @@ fn reduce_tile(
     op: ReduceOp,
 ) -> Result<()> {
     let ReduceOp::Sum = op;
-    let size = tile.elem.size();
-    let row_len = tile.cols * size;
     let mut acc = vec![0f64; tile.cols];
-    for row in 0..tile.rows {
-        let at = row * tile.row_stride * size;
+    for row in tile.row_layout().iter() {
         acc.fill(0.0);
         for src in 0..ctx.world {
             let from = input
-                .range(src, at, row_len)
+                .range(src, row.start, row.len())
                 .map_err(|e| e.with_peer(src))?;
-            for (i, a) in acc.iter_mut().enumerate() {
-                // SAFETY: element i lies in the checked row range.
-                *a += unsafe { elem::load(tile.elem, from, i) };
-            }
+            // SAFETY: the row lies in the checked range of `src`'s input.
+            unsafe { elem::accumulate_row(tile.elem, &mut acc, from) };
         }
-        let to = out.range(ctx.rank, at, row_len)?;
-        for (i, &a) in acc.iter().enumerate() {
-            // SAFETY: element i lies in the checked row range of this rank's out.
-            unsafe { elem::store(tile.elem, to, i, a) };
-        }
+        let to = out.range(ctx.rank, row.start, row.len())?;
+        // SAFETY: the row lies in the checked range of this rank's out.
+        unsafe { elem::store_row(tile.elem, &acc, to) };
     }
     Ok(())
 }
