@@ -165,7 +165,7 @@ impl Allocation {
         drop(self.take_reuse());
     }
 
-    /// Whether [`Allocation::shared_in_failed_call`] marked this memory.
+    /// Whether `shared_in_failed_call` marked this memory.
     pub fn was_shared_in_failed_call(&self) -> bool {
         self.inner.shared_in_failed_call.load(Ordering::SeqCst)
     }

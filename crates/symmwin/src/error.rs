@@ -98,8 +98,8 @@ pub enum ErrorKind {
         /// How long this rank waited.
         waited: Duration,
     },
-    /// A local peer's process ended while this rank waited for it (see
-    /// [`crate::peer_watch`]).
+    /// A local peer's process ended while this rank waited for it (its watched pid
+    /// exited).
     #[error("rank {rank} (pid {pid}) {how} while this rank waited for it")]
     PeerExited {
         /// The peer's rank in the group.

@@ -87,8 +87,8 @@ pub use peer_watch::PeerSet;
 pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
 pub use provider::cuda::{
     check_context as check_cuda_context, device_count as cuda_device_count, peer_access,
-    probe_device, read_fabric_domain, CudaProvider, DeviceReport, FabricDomainProbe, HandleSupport,
-    NoFabricDomain, NvmlStatus,
+    probe_device, read_fabric_domain, CudaProvider, CudaSignals, DeviceReport, FabricDomainProbe,
+    HandleSupport, NoFabricDomain, NvmlStatus,
 };
 pub use provider::host::HostProvider;
 pub use provider::{

@@ -232,7 +232,7 @@ pub trait Provider: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Collective and one-sided ops on this provider's memory ([`device_ops`]); a
+    /// Collective and one-sided ops on this provider's memory (the device-ops contract); a
     /// provider without them refuses every op with a clear error.
     fn ops(&self) -> &dyn crate::provider::device_ops::DeviceOps {
         &crate::provider::device_ops::UnsupportedOps {

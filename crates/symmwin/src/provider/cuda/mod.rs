@@ -127,7 +127,7 @@ impl CudaProvider {
     }
 
     /// The device-side wait used when a signal operation is given a zero timeout
-    /// (default [`DEFAULT_OP_TIMEOUT`](signals::DEFAULT_OP_TIMEOUT)); tests shorten it.
+    /// (default [`DEFAULT_DEVICE_TIMEOUT`](crate::DEFAULT_DEVICE_TIMEOUT)); tests shorten it.
     pub fn set_op_timeout(&self, timeout: Duration) {
         self.signals.set_default_timeout(timeout);
     }
