@@ -23,6 +23,7 @@
 namespace {
 
 namespace sm = c10d::symmetric_memory;
+using symmwin_torch::without_gil;
 using Handle = c10::intrusive_ptr<sm::SymmetricMemory>;
 
 // put/get/put_with_signal name no group: as in torch, peers are world ranks.
@@ -263,19 +264,19 @@ void all_to_all_v(
   const auto so =
       bind_tensor(out_splits_offsets, group, op, "out_splits_offsets", bytes(out_splits_offsets));
   const auto opts = options_for(input);
-  check(
-      op,
-      symmwin_op_all_to_all_v(
-          v.shape,
-          v.major_align,
-          in.operand,
-          o.operand,
-          s.operand,
-          so.operand,
-          static_cast<size_t>(input.stride(0)) * input.element_size(),
-          static_cast<size_t>(input.size(0)),
-          static_cast<size_t>(out.size(0)),
-          &opts));
+  check(op, without_gil([&] {
+          return symmwin_op_all_to_all_v(
+              v.shape,
+              v.major_align,
+              in.operand,
+              o.operand,
+              s.operand,
+              so.operand,
+              static_cast<size_t>(input.stride(0)) * input.element_size(),
+              static_cast<size_t>(input.size(0)),
+              static_cast<size_t>(out.size(0)),
+              &opts);
+        }));
 }
 
 void all_to_all_vdev(
@@ -355,7 +356,7 @@ void all_to_all_into(const at::Tensor& input, const at::Tensor& out, std::string
   const auto opts = options_for(input);
   // The core splits elements, not bytes, among the ranks.
   const auto elem_size = static_cast<size_t>(input.element_size());
-  check("all_to_all", symmwin_op_all_to_all(in.operand, o.operand, elem_size, &opts));
+  check("all_to_all", without_gil([&] { return symmwin_op_all_to_all(in.operand, o.operand, elem_size, &opts); }));
 }
 
 at::Tensor all_to_all(const at::Tensor& input, at::Tensor out, std::string group_name) {
@@ -368,7 +369,7 @@ void broadcast_into(const at::Tensor& input, int64_t root, std::string group_nam
   const auto b = bind_tensor(input, group_name, "broadcast", "input", bytes(input));
   const auto opts = options_for(input);
   // Ranks cross the C ABI at their full 64 bits: the core range-checks them.
-  check("broadcast", symmwin_op_broadcast(b.operand, root, &opts));
+  check("broadcast", without_gil([&] { return symmwin_op_broadcast(b.operand, root, &opts); }));
 }
 
 at::Tensor broadcast(at::Tensor input, int64_t root, std::string group_name) {
@@ -380,7 +381,7 @@ void put_get(const char* op, const at::Tensor& tensor, int64_t peer, bool into_p
   require_contiguous(op, tensor, "tensor");
   const auto b = bind_existing(tensor, op, "tensor", bytes(tensor));
   const auto opts = options_for(tensor);
-  check(op, symmwin_op_put_get(b.operand, peer, into_peer ? 1 : 0, &opts));
+  check(op, without_gil([&] { return symmwin_op_put_get(b.operand, peer, into_peer ? 1 : 0, &opts); }));
 }
 
 void put(const at::Tensor& tensor, int64_t peer) {
@@ -423,8 +424,8 @@ void put_with_signal(
   const auto opts = options_for(tensor);
   check(
       op,
-      symmwin_op_put_with_signal(
-          b.operand, s.operand, static_cast<uint64_t>(signal), peer, &opts));
+      without_gil([&] { return symmwin_op_put_with_signal(
+          b.operand, s.operand, static_cast<uint64_t>(signal), peer, &opts); }));
 }
 
 void wait_for_signal(const at::Tensor& sigpad, int64_t signal, int64_t peer) {
@@ -438,8 +439,8 @@ void wait_for_signal(const at::Tensor& sigpad, int64_t signal, int64_t peer) {
   // memory (an allocation or a signal pad) of the world group.
   check(
       op,
-      symmwin_op_wait_for_signal(
-          sigpad.data_ptr(), kWorldGroup, device, static_cast<uint64_t>(signal), peer, &opts));
+      without_gil([&] { return symmwin_op_wait_for_signal(
+          sigpad.data_ptr(), kWorldGroup, device, static_cast<uint64_t>(signal), peer, &opts); }));
 }
 
 SymmwinWindow* window_of_handle(const Handle& hdl, const char* op) {
@@ -462,7 +463,7 @@ void put_signal(const at::Tensor& src, const Handle& hdl, int64_t peer) {
   const auto opts = options_for(src);
   check(
       op,
-      symmwin_op_put_signal(src.data_ptr(), bytes(src), dst, peer, &opts));
+      without_gil([&] { return symmwin_op_put_signal(src.data_ptr(), bytes(src), dst, peer, &opts); }));
 }
 
 void wait_signal(const Handle& hdl, int64_t peer) {
@@ -473,7 +474,7 @@ void wait_signal(const Handle& hdl, int64_t peer) {
             ->getStream(hdl->get_device())
             .native_handle()
       : nullptr;
-  check("wait_signal", symmwin_op_wait_signal(w, peer, &opts));
+  check("wait_signal", without_gil([&] { return symmwin_op_wait_signal(w, peer, &opts); }));
 }
 
 // ---------------------------------------------------------------------------
@@ -565,19 +566,19 @@ void reduce_tiles(
   }
   const auto o = bind_tensor(out_tile, group, op, "out_tile", extent);
   const auto opts = options_for(out_tile);
-  check(
-      op,
-      symmwin_op_tile_reduce(
-          ins.data(),
-          ins.size(),
-          roots.data(),
-          o.operand,
-          static_cast<size_t>(out_tile.size(0)),
-          static_cast<size_t>(out_tile.size(1)),
-          static_cast<size_t>(out_tile.stride(0)),
-          elem_code(out_tile),
-          reduce_op.c_str(),
-          &opts));
+  check(op, without_gil([&] {
+          return symmwin_op_tile_reduce(
+              ins.data(),
+              ins.size(),
+              roots.data(),
+              o.operand,
+              static_cast<size_t>(out_tile.size(0)),
+              static_cast<size_t>(out_tile.size(1)),
+              static_cast<size_t>(out_tile.stride(0)),
+              elem_code(out_tile),
+              reduce_op.c_str(),
+              &opts);
+        }));
 }
 
 void tile_reduce(

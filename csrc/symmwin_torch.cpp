@@ -35,6 +35,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,7 @@ namespace {
 
 namespace py = pybind11;
 namespace sm = c10d::symmetric_memory;
+using symmwin_torch::without_gil;
 
 // torch's own default when no group is given (the world group's registered name).
 constexpr const char* kWorldGroup = "0";
@@ -58,11 +60,26 @@ bool is_own_timeout(SymmwinStatus status) {
   return status == SYMMWIN_TIMEOUT || status == SYMMWIN_CONTEXT_LOST;
 }
 
+// A host wait the interpreter's signal handler interrupted (Ctrl-C): the handler
+// already set its exception (KeyboardInterrupt), which goes up as it is.
+[[noreturn]] void raise_interrupted(const std::string& message) {
+  {
+    py::gil_scoped_acquire gil;
+    if (PyErr_Occurred()) {
+      throw py::error_already_set();
+    }
+  }
+  TORCH_CHECK(false, message);
+}
+
 // Every failure becomes a c10::Error (a RuntimeError in Python) carrying the
 // core's message, which already starts with "symmwin".
 void check(SymmwinStatus status) {
   if (status == SYMMWIN_OK) {
     return;
+  }
+  if (status == SYMMWIN_INTERRUPTED) {
+    raise_interrupted(symmwin_last_error());
   }
   const std::string last = symmwin_last_error();
   const std::string message = last.empty()
@@ -436,18 +453,24 @@ class SymmwinSymmetricMemory final : public sm::SymmetricMemory {
   }
 
   void barrier(int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_BARRIER, 0, channel, timeout_ms, stream());
+    }));
   }
 
   void put_signal(int dst_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_PUT, dst_rank, channel, timeout_ms, stream());
+    }));
   }
 
   void wait_signal(int src_rank, int channel, size_t timeout_ms) override {
-    check(symmwin_window_signal(
-        window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream()));
+    check(without_gil([&] {
+      return symmwin_window_signal(
+          window_.get(), SYMMWIN_SIGNAL_WAIT, src_rank, channel, timeout_ms, stream());
+    }));
   }
 
   int get_rank() override {
@@ -596,8 +619,10 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const std::string group = group_name.value_or(alloc_group(alloc.base));
     ensure_group(group, alloc.device);
     SymmwinWindow* window = nullptr;
-      const auto status = symmwin_rendezvous(
-        ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
+    const auto status = without_gil([&] {
+      return symmwin_rendezvous(
+          ptr, group.c_str(), alloc.device, sm::get_signal_pad_size(), &window);
+    });
     if (status == SYMMWIN_NOT_FOUND) {
       return nullptr;
     }
@@ -636,8 +661,9 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     const int device = symmwin_device(-1);
     ensure_group(group, device);
     SymmwinWindow* window = nullptr;
-      const auto status = symmwin_rendezvous(
-        ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
+    const auto status = without_gil([&] {
+      return symmwin_rendezvous(ptr, group.c_str(), device, sm::get_signal_pad_size(), &window);
+    });
     if (status != SYMMWIN_NOT_FOUND) {
       check(status);
       symmwin_window_release(window); // Allocated meanwhile by another thread.
@@ -660,6 +686,34 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
 
 // ---------------------------------------------------------------------------
 
+// The thread that imported symmwin: Python runs signal handlers only on the main
+// thread, which is the one that imports.
+const std::thread::id import_thread = std::this_thread::get_id();
+
+// The core's interrupt hook: called by every host wait at least every 50 ms, on the
+// waiting thread. On the main thread it runs the interpreter's pending signal handlers
+// (taking the GIL for that moment); nonzero when one raised (KeyboardInterrupt), so
+// the wait ends. Never throws, never touches Python during finalization.
+extern "C" int32_t python_signal_raised() noexcept {
+  if (std::this_thread::get_id() != import_thread || !Py_IsInitialized()) {
+    return 0;
+  }
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) {
+    return 0;
+  }
+#else
+  if (_Py_IsFinalizing()) {
+    return 0;
+  }
+#endif
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  const int raised = PyErr_CheckSignals() != 0 ? 1 : 0;
+
+  PyGILState_Release(gil);
+  return raised;
+}
+
 void register_backends() {
   // A library built from another version of the header (a stale prebuilt one) would
   // read every changed argument wrongly: refuse it at import.
@@ -672,6 +726,7 @@ void register_backends() {
       "; rebuild both from one checkout");
   // A bad SYMMWIN_* setting fails `import symmwin`, not the first rendezvous.
   check(symmwin_init());
+  check(symmwin_set_interrupt_check(&python_signal_raised));
   static std::once_flag once;
   std::call_once(once, [] {
     // Immortal: torch's allocator registry is destroyed after this module's
@@ -745,6 +800,9 @@ void symmwin_torch::check_op(const char* op, SymmwinStatus status) {
     return;
   }
   const std::string message = "symmwin." + std::string(op) + ": " + symmwin_last_error();
+  if (status == SYMMWIN_INTERRUPTED) {
+    raise_interrupted(message);
+  }
   if (is_own_timeout(status)) {
     throw SymmwinTimeoutError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
   }

@@ -141,6 +141,10 @@ typedef enum {
    * process must exit. The last error names the op, channel and peers.
    */
   SYMMWIN_CONTEXT_LOST = 9,
+  /**
+   * A host wait was interrupted (`symmwin_set_interrupt_check`'s hook said so).
+   */
+  SYMMWIN_INTERRUPTED = 10,
 } SymmwinStatus;
 
 /**
@@ -633,6 +637,16 @@ SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
  * Number of live allocations (for leak checks in tests).
  */
 size_t symmwin_allocation_count(void);
+
+/**
+ * Set the hook every host wait calls at least every 50 ms, on the waiting thread:
+ * nonzero ends the wait with `SYMMWIN_INTERRUPTED`. NULL removes it.
+ *
+ * # Safety
+ * `check` is NULL or a function that stays callable for the rest of the process (or
+ * until replaced), may be called from any thread that waits, and never unwinds.
+ */
+SymmwinStatus symmwin_set_interrupt_check(int32_t (*check)(void));
 
 /**
  * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`), both

@@ -32,6 +32,8 @@ mod window;
 
 mod diagnostics;
 
+mod interrupt;
+
 mod ops;
 
 mod remote;
@@ -45,6 +47,7 @@ pub use abi::*;
 pub use alloc::*;
 pub use diagnostics::*;
 pub use group::*;
+pub use interrupt::symmwin_set_interrupt_check;
 pub use last_error::symmwin_last_error;
 pub use ops::*;
 pub use remote::*;

@@ -29,6 +29,8 @@ pub enum SymmwinStatus {
     /// A device-side wait timed out and trapped: the CUDA context is lost and the
     /// process must exit. The last error names the op, channel and peers.
     SymmwinContextLost = 9,
+    /// A host wait was interrupted (`symmwin_set_interrupt_check`'s hook said so).
+    SymmwinInterrupted = 10,
 }
 
 pub(crate) fn status_of(err: &symmwin::Error) -> SymmwinStatus {
@@ -39,6 +41,7 @@ pub(crate) fn status_of(err: &symmwin::Error) -> SymmwinStatus {
         ErrorKind::PeerLost(_) => SymmwinPeerLost,
         ErrorKind::NoDriver(_) => SymmwinNoDriver,
         ErrorKind::ContextLost(_) => SymmwinContextLost,
+        ErrorKind::Interrupted => SymmwinInterrupted,
         _ => SymmwinError,
     }
 }

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
-use crate::launch::{report_failures, run_workers, Launch, StoreDir};
+use crate::launch::{report_endings, run_workers, Launch, StoreDir};
 use crate::progress::Progress;
 use crate::{human_size, plural, rounded, ProviderChoice};
 
@@ -134,7 +134,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         };
         let outcomes = run_workers(&launch, &mut progress)?;
         progress.finish();
-        if !report_failures(&outcomes, pass_stderr) {
+        if !report_endings(&outcomes, pass_stderr) {
             return Ok(ExitCode::from(crate::failure::EXIT_FAILED));
         }
         let wrong = wrong_windows(&outcomes);

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
-use crate::launch::{report_failures, run_workers, Launch, StoreDir};
+use crate::launch::{report_endings, run_workers, Launch, StoreDir};
 use crate::progress::Progress;
 use crate::{human_size, plural, rounded, ProviderChoice};
 
@@ -63,7 +63,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
     };
     let outcomes = run_workers(&launch, &mut progress)?;
     progress.finish();
-    let all_ran = report_failures(&outcomes, pass_stderr);
+    let all_ran = report_endings(&outcomes, pass_stderr);
     let results: Vec<(usize, &Value)> = outcomes
         .iter()
         .filter_map(|o| o.result.as_ref().map(|r| (o.rank, &r["data"])))

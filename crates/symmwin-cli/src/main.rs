@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod ending;
 mod failure;
 mod interrupt;
 mod launch;

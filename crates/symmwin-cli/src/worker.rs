@@ -71,6 +71,17 @@ pub fn args(
     .collect()
 }
 
+/// Test hook, for the supervisor's tests only: the demo rank named here leaves after
+/// its first round, cleanly and without a result, as a rank that exits 0 early would.
+pub const LEAVE_EARLY_HOOK: &str = "SYMMWIN_CLI_TEST_LEAVE_EARLY";
+
+fn leaves_early(rank: usize) -> bool {
+    std::env::var(LEAVE_EARLY_HOOK)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(rank)
+}
+
 pub fn run(args: WorkerArgs) -> Result<ExitCode, Failure> {
     let config = Config::from_env()?;
     let provider = make_provider(args.provider, args.rank, &config)?;
@@ -86,12 +97,17 @@ pub fn run(args: WorkerArgs) -> Result<ExitCode, Failure> {
         .split(',')
         .map(crate::parse_size)
         .collect::<Result<Vec<_>, _>>()?;
+    let leave_early = matches!(args.task, Task::Demo) && leaves_early(args.rank);
     let result = match args.task {
+        Task::Demo if leave_early => demo(&group, &provider, sizes[0], 1),
         Task::Demo => demo(&group, &provider, sizes[0], args.iters),
         Task::BenchRendezvous => {
             bench_rendezvous(&group, &provider, &sizes, args.iters, args.fresh)
         }
     }?;
+    if leave_early {
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{}",
         json!({"event": "result", "rank": args.rank, "data": result})

@@ -287,20 +287,82 @@ fn assert_gone(ranks: &[u32], within: Duration) {
     }
 }
 
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    err
+}
+
 #[test]
-fn a_stopped_rank_is_killed_and_the_demo_returns() {
+fn a_stopped_rank_is_killed_once_a_peer_has_failed() {
     let (mut demo, ranks) = long_demo(3);
     signal(ranks[1], libc::SIGSTOP);
-    // Peers time out after 1 s; the supervisor gives the rest 1 s + 5 s more.
-    let status = wait_with_limit(&mut demo, Duration::from_secs(30));
+    // Peers time out after 1 s; the supervisor then stops rank 1 within 0.25 s.
+    let status = wait_with_limit(&mut demo, Duration::from_secs(5));
     assert_eq!(status.code(), Some(1));
     assert_gone(&ranks, Duration::from_secs(2));
     assert!(stores_of(demo.id()).is_empty());
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("rank 1 killed: still running"), "{err}");
-    // The run stalled with rank 1 stopped; its progress line still came.
-    assert!(err.contains("all-to-all rounds "), "{err}");
+    let err = stderr_of(&mut demo);
+    assert!(
+        err.contains(&format!(
+            "rank 1 (pid {}) was stopped by symmwin: rank ",
+            ranks[1]
+        )),
+        "{err}"
+    );
+    assert!(err.contains("(it was stopped: SIGSTOP"), "{err}");
+    assert!(
+        err.contains("timed out after 1.0 s"),
+        "the peers' own reports: {err}"
+    );
+}
+
+#[test]
+fn a_sigkilled_rank_is_named_and_the_others_are_stopped_at_once() {
+    let (mut demo, ranks) = long_demo(3);
+    signal(ranks[1], libc::SIGKILL);
+    let killed = Instant::now();
+    let status = wait_with_limit(&mut demo, Duration::from_secs(10));
+    let took = killed.elapsed();
+    assert_eq!(status.code(), Some(1));
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // Reaped by the demo before it exited: not even a zombie is left.
+    let left: Vec<u32> = ranks.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "ranks outlived the demo: {left:?}");
+    assert!(stores_of(demo.id()).is_empty());
+    let err = stderr_of(&mut demo);
+    let named = format!("rank 1 (pid {}) was killed by signal 9 (SIGKILL)", ranks[1]);
+    assert!(err.starts_with(&named), "the cause comes first: {err}");
+    assert!(!err.contains("rank 1 failed:"), "{err}");
+}
+
+#[test]
+fn a_rank_that_exits_0_early_is_not_a_failure() {
+    let out = run(
+        &["demo", "--world", "3", "--size", "4K", "--iters", "3"],
+        &[
+            ("SYMMWIN_TIMEOUT_MS", "1000"),
+            ("SYMMWIN_CLI_TEST_LEAVE_EARLY", "1"),
+        ],
+    );
+    let err = text(&out.stderr);
+    // The peers it left waiting fail; it does not.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let rank1: Vec<&str> = err.lines().filter(|l| l.starts_with("rank 1 ")).collect();
+    assert_eq!(rank1.len(), 1, "{err}");
+    assert!(
+        rank1[0].ends_with("exited 0 before the run was done (no result)"),
+        "{err}"
+    );
+    assert!(!err.contains("rank 1 had failed"), "{err}");
+    for rank in [0, 2] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("rank {rank} (pid "))
+                    && l.ends_with(") exited with status 1:")),
+            "rank {rank} reports its own failure: {err}"
+        );
+    }
 }
 
 #[test]

@@ -165,7 +165,8 @@ impl Allocation {
         drop(self.take_reuse());
     }
 
-    /// Whether `shared_in_failed_call` marked this memory.
+    /// Whether a rendezvous of this memory failed after its offer or handle may have
+    /// gone out: it then never goes to the window cache.
     pub fn was_shared_in_failed_call(&self) -> bool {
         self.inner.shared_in_failed_call.load(Ordering::SeqCst)
     }

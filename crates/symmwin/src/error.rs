@@ -156,6 +156,9 @@ pub enum ErrorKind {
         /// What happened there.
         why: String,
     },
+    /// The caller interrupted the wait ([`crate::request_interrupt`], [`crate::set_interrupt_check`]; from Python, Ctrl-C).
+    #[error("interrupted while waiting")]
+    Interrupted,
     /// A bug inside symmwin: state it guards was left inconsistent (a lock poisoned by
     /// a panic on another thread).
     #[error("internal error: {0}")]

@@ -45,6 +45,7 @@ mod error;
 mod exchange;
 mod export_ahead;
 mod group;
+mod interrupt;
 mod layout;
 mod limits;
 mod logging;
@@ -62,6 +63,7 @@ mod store;
 pub mod testing;
 mod text;
 mod token;
+mod waiting;
 mod window;
 mod window_cache;
 
@@ -75,6 +77,10 @@ pub use engine::{Engine, ENGINE_ENV};
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use exchange::{remove_own_sockets, ExchangeCounts};
 pub use group::{Group, GroupSpec, MAX_WORLD};
+pub use interrupt::{
+    clear as clear_interrupt, request as request_interrupt, requested as interrupt_requested,
+    set_check as set_interrupt_check,
+};
 pub use layout::{FlatLayout, PadLayout};
 pub use logging::{init as init_logging, requested as logging_requested};
 pub use ops::collective::{

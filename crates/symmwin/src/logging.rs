@@ -1,7 +1,9 @@
 //! `SYMMWIN_LOG`: one log setup for every way in (the CLI, the C ABI, torch).
 //!
-//! The library logs through `tracing`. Nothing is printed unless `SYMMWIN_LOG` is
-//! set (a library must not take over its host's logging); when it is, a subscriber
+//! The library logs through `tracing`. Nothing is logged unless `SYMMWIN_LOG` is set
+//! (a library must not take over its host's logging), but for the one line a host wait
+//! longer than 10 s prints every 30 s (see `waiting`, silenced by `SYMMWIN_LOG=error`);
+//! when it is, a subscriber
 //! writing to stderr is installed once per process, unless the process already has
 //! one. A filter that does not parse is an error, never a silent default. Colours
 //! (ANSI escapes) are written only when stderr is a terminal, never into a file.

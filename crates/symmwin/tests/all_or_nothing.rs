@@ -301,3 +301,41 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
 }
 
 use std::os::fd::AsFd;
+
+/// `symmwin::request_interrupt` ends a rendezvous waiting for an absent peer within
+/// 100 ms, as `Interrupted`; the group is then out of step, and `clear` lets later
+/// waits run.
+#[test]
+fn an_interrupt_ends_a_wait_within_100_ms_and_leaves_the_group_out_of_step() {
+    let _alone = alone();
+    let mut config = Config::from_env().unwrap();
+    config.timeout = Duration::from_secs(20);
+    let store = Arc::new(MemoryStore::new());
+    let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+    let lonely = Group::new(
+        GroupSpec::new("lonely", 0, 2),
+        store,
+        provider.clone(),
+        &config,
+    )
+    .unwrap();
+    let alloc = Allocation::new(provider.clone(), 4096).unwrap();
+    let requested = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        symmwin::request_interrupt();
+        Instant::now()
+    });
+    let err = lonely.rendezvous(&alloc).unwrap_err();
+    let ended = Instant::now();
+    let at = requested.join().unwrap();
+    symmwin::clear_interrupt();
+    assert!(matches!(err.kind(), ErrorKind::Interrupted), "{err}");
+    assert!(
+        ended - at < Duration::from_millis(100),
+        "{:?} after the request",
+        ended - at
+    );
+    let next = Allocation::new(provider, 4096).unwrap();
+    let err = lonely.rendezvous(&next).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::OutOfStep { .. }), "{err}");
+}

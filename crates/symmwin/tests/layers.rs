@@ -29,6 +29,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "logging",
             "debug_free",
+            "interrupt",
+            "waiting",
         ],
     ),
     ("providers", &["provider"]),

@@ -33,7 +33,7 @@ pub use traded::{Awaited, Outgoing, Traded};
 pub use wire::Offer;
 
 /// How often a wait looks at the death marks of the peers it waits for.
-const DEATH_CHECK: Duration = Duration::from_millis(100);
+const DEATH_CHECK: Duration = Duration::from_millis(50);
 
 /// Where one peer listens and what it expects from us.
 #[derive(Debug, Clone)]
@@ -187,6 +187,7 @@ impl Endpoint {
         {
             self.accept(round, early, traded)?;
         }
+        let mut waiting = crate::waiting::Waiting::new(Phase::Exchange, round.rank, timeout);
         let needed = if ours.handle.is_some() {
             Sent::Handle
         } else {
@@ -228,6 +229,13 @@ impl Endpoint {
                 let fds_dropped = self.fds_dropped - fds_dropped_before;
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
+            waiting.tick(|| {
+                let peers = crate::text::ranks(&missing);
+                format!(
+                    "for rank(s) {peers} in the socket trade of rendezvous {}",
+                    round.seq
+                )
+            })?;
             // Death marks are read before the queue: a peer that sent its part and then
             // exited is marked only after its message was queued, so it is read first.
             let waited_for = missing

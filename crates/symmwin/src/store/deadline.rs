@@ -17,6 +17,9 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// How often a wait for a store call looks at interrupts and reports progress.
+const TICK: Duration = Duration::from_millis(50);
+
 /// Idle workers, each waiting on its own queue.
 static IDLE: Mutex<Vec<Sender<Job>>> = Mutex::new(Vec::new());
 
@@ -46,10 +49,24 @@ pub(crate) fn call<T: Send + 'static>(
     what: impl FnOnce() -> String,
     call: impl FnOnce(&dyn Store) -> Result<T> + Send + 'static,
 ) -> Result<T> {
+    call_ticking(store, (deadline, phase), what, call, || {
+        crate::interrupt::check(phase)
+    })
+}
+
+/// [`call`], calling `tick` at least every 50 ms while it waits: an error from `tick`
+/// (an interrupt) ends the wait with it, abandoning the worker as a timeout does.
+pub(crate) fn call_ticking<T: Send + 'static>(
+    store: &Arc<dyn Store>,
+    (deadline, phase): (Instant, Phase),
+    what: impl FnOnce() -> String,
+    call: impl FnOnce(&dyn Store) -> Result<T> + Send + 'static,
+    tick: impl FnMut() -> Result<()>,
+) -> Result<T> {
     let store_for_job = Arc::clone(store);
     let started = start(move || call(store_for_job.as_ref())).map_err(|e| e.during(phase))?;
     let remaining = deadline.saturating_duration_since(Instant::now());
-    match started.wait_for(remaining) {
+    match started.wait_ticking(remaining, tick)? {
         Ok(value) => value,
         // The worker is abandoned: its thread ends once the stuck call returns.
         Err(RecvTimeoutError::Timeout) => {
@@ -71,6 +88,32 @@ pub(crate) struct Started<T> {
 impl<T> Started<T> {
     /// The job's result once it is done, the worker going back to the pool; an error
     /// when it does not finish within `limit` (the worker is then abandoned) or panicked.
+    pub(crate) fn wait_ticking(
+        self,
+        limit: Duration,
+        mut tick: impl FnMut() -> Result<()>,
+    ) -> Result<std::result::Result<T, RecvTimeoutError>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.result.recv_timeout(left.min(TICK)) {
+                Ok(value) => {
+                    self.back_to_pool();
+                    return Ok(Ok(value));
+                }
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => tick()?,
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
+    fn back_to_pool(self) {
+        IDLE.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.worker);
+    }
+
+    /// [`Started::wait_for`] without a tick.
     pub(crate) fn wait_for(self, limit: Duration) -> std::result::Result<T, RecvTimeoutError> {
         let value = self.result.recv_timeout(limit)?;
         IDLE.lock()

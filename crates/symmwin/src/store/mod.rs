@@ -131,12 +131,14 @@ pub(crate) fn gather_by(
 ) -> Result<Vec<Vec<u8>>> {
     let timeout = deadline.saturating_duration_since(Instant::now());
     let what = format!("reading {} request key(s) such as {}", keys.len(), keys[0]);
-    deadline::call(
+    let mut waiting = crate::waiting::Waiting::new(Phase::Gather, own.0, timeout);
+    let reading = format!("{what} from the store");
+    deadline::call_ticking(
         store,
-        deadline + GATHER_GRACE,
-        Phase::Gather,
+        (deadline + GATHER_GRACE, Phase::Gather),
         move || what,
         move |s| gather(s, &keys, (own.0, &own.1), timeout),
+        || waiting.tick(|| reading.clone()),
     )
 }
 

@@ -223,6 +223,7 @@ impl DeviceOps for HostOps {
             deadline: Instant::now() + wait.timeout,
             peer: wait.peer,
             peers: wait.peers,
+            waiter: (wait.rank, "wait_for_signal"),
         };
         if wait_until(until, consumed).map_err(|e| e.at_rank(wait.rank))? {
             Ok(())

@@ -40,6 +40,8 @@ pub(crate) struct HostWait {
     pub(crate) deadline: Instant,
     pub(crate) peer: usize,
     pub(crate) peers: crate::peer_watch::PeerSet,
+    /// The waiting rank, and what it waits in ("a barrier on channel 0").
+    pub(crate) waiter: (usize, &'static str),
 }
 
 /// How often a host wait looks at its peer's death mark.
@@ -53,6 +55,8 @@ const DEATH_CHECK: Duration = Duration::from_millis(50);
 pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
     let mut spins = 0u32;
     let mut next_look = Instant::now() + DEATH_CHECK;
+    let timeout = wait.deadline.saturating_duration_since(Instant::now());
+    let mut waiting = crate::waiting::Waiting::new(Phase::Signal, wait.waiter.0, timeout);
     while !done() {
         spins += 1;
         if spins % 64 == 0 {
@@ -61,6 +65,7 @@ pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Resu
                 if let Some(gone) = wait.peers.exit_error(Phase::Signal, wait.peer) {
                     return if done() { Ok(true) } else { Err(gone) };
                 }
+                waiting.tick(|| format!("for rank {} in {}", wait.peer, wait.waiter.1))?;
                 next_look = now + DEATH_CHECK;
             }
             if now >= wait.deadline {
@@ -138,6 +143,7 @@ impl Flip {
             deadline,
             peer,
             peers,
+            waiter: (me, "a host signal wait"),
         };
         if spin_until(word, from, 1 - from, ordering, wait)? {
             Ok(())

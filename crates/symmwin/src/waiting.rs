@@ -1,0 +1,67 @@
+//! What every host wait does besides looking at its own condition: it ends when the
+//! caller interrupts ([`crate::interrupt`]), and one that takes long says so.
+//!
+//! A wait longer than 10 s prints one line on stderr, then one every 30 s, naming what
+//! it waits for and since when ("symmwin rank 0 has waited 30 s for rank(s) [1] in
+//! rendezvous 3 of group "0" (timeout 1800 s)"), so that a long default timeout never
+//! passes in silence. `SYMMWIN_LOG=error` (or `off`) silences it.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Phase, Result};
+
+/// The first line after this long.
+const FIRST_REPORT: Duration = Duration::from_secs(10);
+/// Then one line every this long.
+const REPORT_EVERY: Duration = Duration::from_secs(30);
+
+/// One host wait in progress.
+pub(crate) struct Waiting {
+    phase: Phase,
+    rank: usize,
+    timeout: Duration,
+    started: Instant,
+    next_report: Duration,
+}
+
+impl Waiting {
+    /// A wait of rank `rank` in `phase`, for at most `timeout`.
+    pub(crate) fn new(phase: Phase, rank: usize, timeout: Duration) -> Self {
+        Waiting {
+            phase,
+            rank,
+            timeout,
+            started: Instant::now(),
+            next_report: FIRST_REPORT,
+        }
+    }
+
+    /// Call at least every 50 ms while waiting, with what the wait is for ("for
+    /// rank(s) [1] in rendezvous 3"): fails once the caller interrupted.
+    pub(crate) fn tick(&mut self, describe: impl FnOnce() -> String) -> Result<()> {
+        crate::interrupt::check(self.phase).map_err(|e| e.at_rank(self.rank))?;
+        let waited = self.started.elapsed();
+        if waited >= self.next_report {
+            self.next_report = waited + REPORT_EVERY;
+            if reports_on() {
+                eprintln!(
+                    "symmwin rank {} has waited {} s {} (timeout {} s)",
+                    self.rank,
+                    waited.as_secs(),
+                    describe(),
+                    self.timeout.as_secs()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether progress lines are printed: unless `SYMMWIN_LOG` asks for errors only.
+fn reports_on() -> bool {
+    let level = std::env::var("SYMMWIN_LOG").unwrap_or_default();
+    !matches!(
+        level.trim(),
+        "error" | "off" | "symmwin=error" | "symmwin=off"
+    )
+}
