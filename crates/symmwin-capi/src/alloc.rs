@@ -2,9 +2,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::args::*;
-use crate::last_error::*;
-use crate::state::*;
+use crate::args::out_arg;
+use crate::last_error::{guard, guard_out};
+use crate::state::{provider, REGISTRY};
 use crate::status::SymmwinStatus::{self, *};
 
 /// Allocate `size` zero-filled bytes on `device` (-1: host shared memory).

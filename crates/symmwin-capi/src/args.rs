@@ -7,7 +7,7 @@ use std::time::Duration;
 use symmwin::{SignalOptions, Stream};
 
 use crate::status::SymmwinStatus::{self, *};
-use crate::window::*;
+use crate::window::SymmwinWindow;
 
 /// # Safety
 /// `s` is NULL or a NUL-terminated string that outlives `'a`.

@@ -4,9 +4,9 @@
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::args::*;
-use crate::last_error::*;
-use crate::state::*;
+use crate::args::copy_out;
+use crate::last_error::guard;
+use crate::state::{provider, REGISTRY};
 use crate::status::SymmwinStatus::{self, *};
 
 /// Write `"posix_fd"` or `"fabric"` (the probed handle type of `device`) into `buf`.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use symmwin::{Group, GroupSpec};
 
-use crate::args::*;
-use crate::last_error::*;
-use crate::setup::*;
-use crate::state::*;
+use crate::args::str_arg;
+use crate::last_error::guard;
+use crate::setup::group_config;
+use crate::state::{provider, REGISTRY};
 use crate::status::SymmwinStatus::{self, *};
 use crate::store::{self, SymmwinStore};
 

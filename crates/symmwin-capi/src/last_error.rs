@@ -5,9 +5,9 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::args::*;
+use crate::args::out_arg;
+use crate::status::status_of;
 use crate::status::SymmwinStatus::{self, *};
-use crate::status::*;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());

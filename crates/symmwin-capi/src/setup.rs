@@ -5,8 +5,8 @@ use std::sync::LazyLock;
 
 use symmwin::{Config, ErrorKind};
 
-use crate::args::*;
-use crate::last_error::*;
+use crate::args::timeout;
+use crate::last_error::guard;
 use crate::status::SymmwinStatus::{self, *};
 
 pub(crate) fn config() -> symmwin::Result<Config> {

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use symmwin::{Provider, Registry};
 
-use crate::setup::*;
+use crate::setup::config;
 
 pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
 

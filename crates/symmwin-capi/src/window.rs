@@ -5,9 +5,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use symmwin::Window;
 
-use crate::args::*;
-use crate::last_error::*;
-use crate::state::*;
+use crate::args::{out_arg, rank_arg, str_arg, window_arg};
+use crate::last_error::{guard, guard_out};
+use crate::state::REGISTRY;
 use crate::status::SymmwinStatus::{self, *};
 
 /// A window as the C side sees it: opaque, released with `symmwin_window_release`.
