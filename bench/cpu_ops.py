@@ -42,17 +42,22 @@ def parse_size(text: str) -> int:
 
 
 def timed(dist, torch, fn, args) -> list[float]:
-    """us per call, the slowest rank's, one value per repeat."""
+    """us per call, the slowest rank's, one value per repeat. Every rank makes the same
+    number of calls (a collective op must be called as often on every rank): enough for
+    --min-ms on the slowest rank, at least --iters."""
+    t0 = time.perf_counter()
     for _ in range(3):
         fn()
+    per_call_ms = (time.perf_counter() - t0) / 3 * 1e3
+    calls = torch.tensor([max(args.iters, int(args.min_ms / max(per_call_ms, 1e-6)) + 1)])
+    dist.all_reduce(calls, op=dist.ReduceOp.MAX)
     out = []
     for _ in range(args.repeats):
         dist.barrier()
-        t0, calls = time.perf_counter(), 0
-        while calls < args.iters or (time.perf_counter() - t0) * 1e3 < args.min_ms:
+        t0 = time.perf_counter()
+        for _ in range(int(calls)):
             fn()
-            calls += 1
-        t = torch.tensor([(time.perf_counter() - t0) / calls * 1e6], dtype=torch.float64)
+        t = torch.tensor([(time.perf_counter() - t0) / int(calls) * 1e6], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         out.append(t.item())
     return out
