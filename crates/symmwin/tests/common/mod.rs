@@ -9,6 +9,7 @@
 
 pub mod hooked_store;
 pub mod hosts;
+pub mod quoted;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
