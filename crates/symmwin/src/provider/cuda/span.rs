@@ -97,8 +97,10 @@ impl Drop for CudaSpan {
             }
         }
         // Freeing a range that still holds a mapping is refused by the driver anyway;
-        // leaking the address range is the lesser evil.
-        if clean {
+        // leaking the address range is the lesser evil. In the use-after-free debug mode
+        // the range stays reserved with nothing mapped, so a stale pointer faults
+        // (an illegal address) instead of reaching a later allocation.
+        if clean && !crate::debug_free::enabled() {
             // SAFETY: the whole reservation, now with nothing mapped in it.
             if let Err(e) = unsafe { driver::mem_address_free(self.base, self.len) } {
                 tracing::error!("cuMemAddressFree failed: {}", e.name());
