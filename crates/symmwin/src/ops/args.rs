@@ -203,6 +203,9 @@ pub struct OpContext {
     pub engine: Engine,
     /// The group's watched peers: a host wait for one that has ended fails early.
     pub peers: crate::peer_watch::PeerSet,
+    /// What every rank must pass alike to this op, compared where the op synchronizes
+    /// (see [`super::fingerprint`]).
+    pub fingerprint: super::Fingerprint,
 }
 
 impl OpContext {

@@ -13,6 +13,7 @@ use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
 
 use super::args::{OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
+use super::fingerprint::Fingerprint;
 use super::plan::{in_table_len, Shape};
 use super::rank::Rank;
 use super::request::{OpRequest, TileReduce, Transfer};
@@ -105,16 +106,23 @@ fn same_group(first: &Window, other: &Window, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn context(window: &Window, opts: &OpOptions) -> Result<OpContext> {
+fn context(
+    window: &Window,
+    opts: &OpOptions,
+    op: &OpRequest,
+    elem_size: usize,
+) -> Result<OpContext> {
     let pads = window.pads()?;
+    let engine = Engine::resolve(opts.engine)?;
     Ok(OpContext {
+        fingerprint: Fingerprint::of(op, engine, elem_size),
         rank: window.rank(),
         world: window.world(),
         channel: ops_channel(&pads)?,
         pads,
         timeout: window.timeout(opts.timeout),
         stream: opts.stream,
-        engine: Engine::resolve(opts.engine)?,
+        engine,
         peers: window.peers(),
     })
 }
@@ -155,9 +163,25 @@ fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
 /// Every operand of `op` was checked to lie in its live window (and any address it
 /// carries is as [`super::DeviceOps::execute`] requires).
 unsafe fn execute(window: &Window, reach: Reach, opts: &OpOptions, op: &OpRequest) -> Result<()> {
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe { execute_elems(window, reach, opts, op, 1) }
+}
+
+/// [`execute`] of an op whose caller named an element size (part of the op's
+/// fingerprint, see [`super::fingerprint`]).
+///
+/// # Safety
+/// As [`execute`].
+unsafe fn execute_elems(
+    window: &Window,
+    reach: Reach,
+    opts: &OpOptions,
+    op: &OpRequest,
+    elem_size: usize,
+) -> Result<()> {
     let go = || {
         require_mapped(window, reach)?;
-        let ctx = context(window, opts)?;
+        let ctx = context(window, opts, op, elem_size)?;
         if window.all_mapped() {
             // SAFETY: a propagation of the caller's assertion.
             return unsafe { window.provider().ops().execute(&ctx, op) };
@@ -197,7 +221,7 @@ pub fn all_to_all(input: Operand, out: Operand, elem_size: usize, opts: &OpOptio
         chunk: per_peer,
     };
     // SAFETY: both operands were checked to lie in their live windows of one group.
-    unsafe { execute(w, Reach::Everyone, opts, &op) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, elem_size) }
 }
 
 /// Bytes each rank sends each peer in an equal-split all-to-all of `len` bytes of

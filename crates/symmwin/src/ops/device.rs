@@ -129,6 +129,7 @@ mod tests {
                 stream: 0,
                 engine: crate::ops::Engine::Auto,
                 peers: crate::peer_watch::PeerSet::NONE,
+                fingerprint: crate::ops::Fingerprint::NONE,
             };
             // SAFETY: the refusing implementation touches no memory.
             let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();

@@ -20,6 +20,7 @@ pub mod collective;
 mod device;
 mod elem;
 mod engine;
+mod fingerprint;
 pub mod host;
 pub mod plan;
 mod rank;
@@ -30,6 +31,7 @@ pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, V
 pub use collective::{OpOptions, Operand};
 pub use device::{DeviceOps, UnsupportedOps};
 pub use engine::{Engine, ENGINE_ENV};
+pub use fingerprint::{Disagreement, Fingerprint};
 pub use rank::Rank;
 pub use request::{OpRequest, TileReduce, Transfer};
 
