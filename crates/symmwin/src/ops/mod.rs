@@ -20,7 +20,7 @@ pub mod collective;
 mod device;
 mod elem;
 mod engine;
-mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod host;
 pub mod plan;
 mod rank;
