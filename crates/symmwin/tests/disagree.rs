@@ -194,3 +194,41 @@ fn the_message_says_what_this_rank_passed() {
         texts[1]
     );
 }
+
+/// On a group that spans hosts the ranks of one host compare their fingerprints
+/// through the pads: rank 1's longer view of a broadcast from rank 0 (both on host
+/// "a") fails on both, naming each other; rank 2 (host "b", reached by message) is not
+/// compared and keeps the root's bytes; a following good op works everywhere.
+#[test]
+fn the_ranks_of_one_host_compare_on_a_group_that_spans_hosts() {
+    let mailbox = std::sync::Arc::new(common::hosts::Mailbox::default());
+    let hosts = ["a", "a", "b"];
+    let results =
+        common::hosts::spanning("disagree-hosts", &hosts, Some(&mailbox), |rank, group| {
+            let alloc = Allocation::new(group.provider().clone(), 1 << 16).unwrap();
+            let w = group.rendezvous(&alloc).unwrap();
+            w.write(rank, 0, &[rank as u8 + 1; 64]).unwrap();
+            let len = if rank == 1 { 64 } else { 16 };
+            let opts = OpOptions::default();
+            let outcome = collective::broadcast(Operand::new(&w, 0, len), 0usize, &opts);
+            collective::broadcast(Operand::new(&w, 0, 16), 0usize, &opts).unwrap();
+            let mut got = [0u8; 16];
+            w.read(rank, 0, &mut got).unwrap();
+            (outcome.err().map(|e| (e.peer(), e.to_string())), got)
+        });
+    for (rank, (failure, got)) in results.iter().enumerate() {
+        assert_eq!(got, &[1u8; 16], "rank {rank} has the root's bytes");
+        match rank {
+            2 => assert!(failure.is_none(), "{failure:?}"),
+            _ => {
+                let (peer, text) = failure.as_ref().expect("a local rank sees the other");
+                assert_eq!(*peer, Some(1 - rank), "{text}");
+                assert!(
+                    text.contains("ranks disagree on the operands of broadcast")
+                        && text.contains(&format!("rank {} has fingerprint", 1 - rank)),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
