@@ -356,11 +356,12 @@ fn disagree(rank: usize, world: usize) -> String {
         elem,
         &opts,
     );
-    // The trap makes the stream's synchronization fail; the record names the peer.
+    // The trap makes the stream's synchronization fail; the next op reads the record
+    // and names the peer.
     let errors: Vec<symmwin::Error> = [
         launched.err(),
         out.synchronize(Stream::DEFAULT).err(),
-        out.synchronize(Stream::DEFAULT).err(),
+        collective::broadcast(Operand::new(&out, 0, len), 0, &opts).err(),
     ]
     .into_iter()
     .flatten()
