@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
+use symmwin::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
 
 /// `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from us to the peer.
 pub const SYMMWIN_SEND: c_int = 0;

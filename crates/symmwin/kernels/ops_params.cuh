@@ -90,7 +90,8 @@ struct OpsParams {
   uint32_t channel;    // first pad channel the op uses
   uint32_t mode;       // SYMMWIN_A2AV_*, SYMMWIN_COPY_*, SYMMWIN_HS_*, SYMMWIN_DTYPE_*
   uint32_t fingerprint;  // the value of every pad signal of the op (never 0): the ranks'
-                         // operand fingerprint (ops/fingerprint.rs), 1 for one-sided ops
+                         // operand fingerprint (provider/device_ops/fingerprint.rs), 1 for
+                         // one-sided ops
   uint64_t roots[SYMMWIN_OPS_MAX_ROOT_WORLD / 64];  // tile reduce: bit r = rank r is a root
 };
 

@@ -6,10 +6,9 @@
 mod common;
 
 use common::{field, join, result, Job};
-use symmwin::ops::collective::{self, Operand};
-use symmwin::ops::plan::Shape;
-use symmwin::ops::{ElemType, OpOptions, ReduceOp, Rows, Tile};
+use symmwin::{all_to_all, all_to_all_v, broadcast, tile_reduce};
 use symmwin::{Allocation, Window};
+use symmwin::{ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile};
 
 common::worker! {
     "disagree" => disagree,
@@ -48,7 +47,7 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
     let whole = |at, len| Operand::new(w, at, len);
     match case {
         // float32 x 8 per peer against float64 x 4: the same bytes.
-        "dtype" => collective::all_to_all(
+        "dtype" => all_to_all(
             whole(0, 32 * world),
             whole(4096, 32 * world),
             if odd { 8 } else { 4 },
@@ -58,7 +57,7 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
             let side = if odd { 4 } else { 2 };
             let t = tile(side);
             let bytes = side * side * 4;
-            collective::tile_reduce(
+            tile_reduce(
                 &[whole(0, bytes)],
                 &[0usize],
                 whole(4096, bytes),
@@ -71,7 +70,7 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
             let row_bytes = if odd { 24 } else { 12 };
             let ones: Vec<u8> = (0..world).flat_map(|_| 1i64.to_ne_bytes()).collect();
             w.write(rank, 8192, &ones).unwrap();
-            collective::all_to_all_v(
+            all_to_all_v(
                 Shape::Flat,
                 whole(0, world * row_bytes),
                 whole(4096, world * row_bytes),
@@ -86,11 +85,11 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
             )
         }
         // A non-root view longer than the root's.
-        "longer_view" => collective::broadcast(whole(0, if odd { 64 } else { 16 }), 0usize, &opts),
-        "broadcast_root" => collective::broadcast(whole(0, 16), if odd { rank } else { 0 }, &opts),
+        "longer_view" => broadcast(whole(0, if odd { 64 } else { 16 }), 0usize, &opts),
+        "broadcast_root" => broadcast(whole(0, 16), if odd { rank } else { 0 }, &opts),
         "tile_root" => {
             let root = if odd { rank } else { 0 };
-            collective::tile_reduce(
+            tile_reduce(
                 &[whole(0, 16)],
                 &[root],
                 whole(4096, 16),
@@ -210,8 +209,8 @@ fn the_ranks_of_one_host_compare_on_a_group_that_spans_hosts() {
             w.write(rank, 0, &[rank as u8 + 1; 64]).unwrap();
             let len = if rank == 1 { 64 } else { 16 };
             let opts = OpOptions::default();
-            let outcome = collective::broadcast(Operand::new(&w, 0, len), 0usize, &opts);
-            collective::broadcast(Operand::new(&w, 0, 16), 0usize, &opts).unwrap();
+            let outcome = broadcast(Operand::new(&w, 0, len), 0usize, &opts);
+            broadcast(Operand::new(&w, 0, 16), 0usize, &opts).unwrap();
             let mut got = [0u8; 16];
             w.read(rank, 0, &mut got).unwrap();
             (outcome.err().map(|e| (e.peer(), e.to_string())), got)

@@ -42,7 +42,7 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
         "rendezvous" => group.rendezvous(&next).map(drop),
         "barrier" => window.barrier(SignalOptions::default()),
         "wait_signal" => window.wait_signal(1, SignalOptions::default()),
-        "all_to_all" => symmwin::ops::collective::all_to_all(half, other, 4, &OpOptions::default()),
+        "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
         other => panic!("unknown wait {other}"),
     }
     .unwrap_err();

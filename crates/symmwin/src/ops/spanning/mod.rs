@@ -27,10 +27,8 @@ use crate::error::Result;
 use crate::provider::{Provider, ProviderKind};
 use crate::signal::remote::{RemotePeers, SignalScope};
 
-use super::args::{OpContext, SignalWait, SymmBuf};
-use super::device::DeviceOps;
-use super::host::{mismatch_error, Published};
-use super::request::OpRequest;
+use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
+use crate::provider::host::{mismatch_error, Published};
 use moves::Moves;
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move

@@ -181,7 +181,7 @@ fn describe(fields: &OpsError, peer: usize) -> Error {
         ERR_MISMATCH => Error::new(
             Phase::Argument,
             ErrorKind::Mismatch {
-                field: crate::ops::fingerprint::operands_of(op),
+                field: crate::provider::device_ops::fingerprint::operands_of(op),
                 detail: format!(
                     "rank {peer} has fingerprint {:#010x}, rank {} (this rank) {:#010x}; every \
                      rank must pass the same dtype, shape, root and engine to a collective \

@@ -23,7 +23,7 @@ pub(super) enum OpId {
     PutWithSignal = 14,
 }
 use crate::error::{Error, Result};
-use crate::ops::SymmBuf;
+use crate::provider::device_ops::SymmBuf;
 
 /// Threads per block of the data kernels (`SYMMWIN_OPS_THREADS`).
 pub(super) const THREADS: u32 = 512;
@@ -110,7 +110,7 @@ pub(super) struct OpsParams {
     pub channel: u32,
     pub mode: u32,
     /// The value of every pad signal of the op: the operand fingerprint's word
-    /// ([`crate::ops::Fingerprint::word`]), never 0.
+    /// ([`crate::provider::device_ops::Fingerprint::word`]), never 0.
     pub fingerprint: u32,
     pub roots: [u64; MAX_ROOT_WORLD / 64],
 }
@@ -139,7 +139,7 @@ impl OpsParams {
             blocks_per_peer: 0,
             channel: 0,
             mode: 0,
-            fingerprint: crate::ops::Fingerprint::NONE.word(),
+            fingerprint: crate::provider::device_ops::Fingerprint::NONE.word(),
             roots: [0; MAX_ROOT_WORLD / 64],
         }
     }

@@ -1,4 +1,6 @@
-//! The provider-facing interface of the ops: one implementation per provider.
+//! The provider-facing interface of the ops (the device-ops contract): one
+//! implementation per provider, over flat-layout addresses. [`plan`] holds the split
+//! arithmetic every implementation must agree with.
 //!
 //! NOTE [ops protocol]
 //! Every op is collective over the ranks of its windows' group except `put`, `get`,
@@ -8,7 +10,9 @@
 //! are back to zero. Collective ops synchronize only on [`OpContext::channel`] of
 //! [`OpContext::pads`], with torch's pad protocol (slot `channel * world + src` of
 //! the receiver's pad, CAS 0 -> 1 with release to signal, CAS 1 -> 0 with acquire to
-//! wait).
+//! wait). The ranks compare [`OpContext::fingerprint`] where they synchronize: the
+//! CUDA kernels send its word in place of the constant 1, the host ops publish it in
+//! their own pad (see NOTE [operand fingerprint] in `fingerprint.rs`).
 //!
 //! Split tables are read where they are (host memory, or device memory on the
 //! device): a device implementation never copies them to the host. A split that would
@@ -16,15 +20,24 @@
 //! and reports which peer, how many rows and how much room, when it returns (host)
 //! or at the next [`DeviceOps::check_errors`] / synchronization (device).
 
-use crate::error::{Error, ErrorKind, Phase, Result};
+mod args;
+pub(crate) mod elem;
+pub(crate) mod fingerprint;
+pub mod plan;
+mod request;
 
-use super::args::{OpContext, SignalWait};
-use super::request::OpRequest;
+pub use crate::engine::Engine;
+pub use args::{
+    ElemType, Fingerprint, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs,
+};
+pub use request::{OpRequest, TileReduce, Transfer};
+
+use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// The ops of one provider, over flat-layout addresses.
 ///
-/// Every method is `unsafe`: the caller ([`super::collective`]) guarantees that each
-/// [`SymmBuf`](super::SymmBuf) of a request describes memory mapped in this process at `addr(r)` for
+/// Every method is `unsafe`: the caller (the ops layer's `collective` module) guarantees that each
+/// [`SymmBuf`] of a request describes memory mapped in this process at `addr(r)` for
 /// every rank `r` with at least `room` bytes (and `len` bytes for this rank), that the
 /// mapping lives until the op has completed on its stream, and that `ctx.pads` are the
 /// live pads of the group the operands belong to. Implementations must not access a
@@ -89,8 +102,6 @@ impl DeviceOps for UnsupportedOps {
 mod tests {
     use super::*;
     use crate::layout::FlatLayout;
-    use crate::ops::request::Transfer;
-    use crate::ops::SymmBuf;
 
     #[test]
     fn a_provider_without_ops_refuses_each_by_name() {
@@ -127,9 +138,9 @@ mod tests {
                 pads,
                 timeout: std::time::Duration::from_secs(1),
                 stream: 0,
-                engine: crate::ops::Engine::Auto,
+                engine: Engine::Auto,
                 peers: crate::peer_watch::PeerSet::NONE,
-                fingerprint: crate::ops::Fingerprint::NONE,
+                fingerprint: Fingerprint::NONE,
             };
             // SAFETY: the refusing implementation touches no memory.
             let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();

@@ -20,21 +20,10 @@ use std::fmt;
 
 use crate::error::{Error, ErrorKind, Phase};
 
+use super::args::{ElemType, Fingerprint, PLAIN_SIGNAL};
 use super::plan::Shape;
 use super::request::OpRequest;
-use super::{ElemType, Engine};
-
-/// The signal word of an op with nothing to compare (torch's pad protocol constant).
-pub const PLAIN_SIGNAL: u32 = 1;
-
-/// The fingerprint of one rank's call of one op (see the module's NOTE).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint {
-    /// The 64-bit hash; 0 for a one-sided op.
-    value: u64,
-    /// Bytes per element the caller named (1 where the op takes bytes), for messages.
-    elem_size: usize,
-}
+use super::Engine;
 
 /// FNV-1a over 64-bit words: a pure function of the words, the same on every rank.
 fn fnv1a(words: &[u64]) -> u64 {
@@ -115,33 +104,7 @@ impl Fingerprint {
             | OpRequest::PutWithSignal { .. }
             | OpRequest::PutSignal { .. } => 0,
         };
-        Fingerprint { value, elem_size }
-    }
-
-    /// The fingerprint of an op with nothing to compare (tests, one-sided ops).
-    pub const NONE: Fingerprint = Fingerprint {
-        value: 0,
-        elem_size: 1,
-    };
-
-    /// The 64-bit value.
-    pub fn value(self) -> u64 {
-        self.value
-    }
-
-    /// The 32-bit word a provider sends in its entry signal: never 0 (a pad word at
-    /// rest) nor [`PLAIN_SIGNAL`] for a collective, so a peer at another op (or at a
-    /// plain signal) never matches by accident of the constant.
-    pub fn word(self) -> u32 {
-        if self.value == 0 {
-            return PLAIN_SIGNAL;
-        }
-        let folded = (self.value ^ (self.value >> 32)) as u32;
-        if folded <= PLAIN_SIGNAL {
-            folded + 2
-        } else {
-            folded
-        }
+        Fingerprint::new(value, elem_size)
     }
 
     /// What this rank passed, in words, for an error: "8 elements of 4 bytes per
@@ -150,8 +113,8 @@ impl Fingerprint {
         let what = match *op {
             OpRequest::AllToAll { chunk, .. } => format!(
                 "{} elements of {} bytes per peer",
-                chunk / self.elem_size.max(1),
-                self.elem_size
+                chunk / self.elem_size().max(1),
+                self.elem_size()
             ),
             OpRequest::AllToAllV { shape, args } => {
                 let align = match shape {
@@ -248,7 +211,7 @@ pub fn operands_of(op: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::layout::FlatLayout;
-    use crate::ops::{ReduceOp, Rows, SymmBuf, Tile, TileReduce, VarArgs};
+    use crate::provider::device_ops::{ReduceOp, Rows, SymmBuf, Tile, TileReduce, VarArgs};
 
     fn buf(len: usize) -> SymmBuf {
         SymmBuf {

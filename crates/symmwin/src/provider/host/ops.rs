@@ -12,15 +12,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::provider::host::{timed_out, wait_until, HostSignals, HostWait};
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::plan::{in_table_len, plan, Plan, Shape};
+use crate::provider::device_ops::{
+    DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs,
+};
 use crate::provider::{PadSignal, SignalAt, Signals};
 
-use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
-use super::device::DeviceOps;
-use super::elem;
-use super::fingerprint::{self, Disagreement};
-use super::plan::{in_table_len, plan, Plan, Shape};
-use super::request::OpRequest;
+use super::signals::{timed_out, wait_until, HostSignals, HostWait};
+use crate::provider::device_ops::fingerprint::{self, Disagreement};
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -63,21 +63,21 @@ impl HostOps {
 /// the ranks in `peers` to read between an op's entry and exit barriers. Cleared
 /// when dropped, after the exit barrier (every peer has read it by then, and pads
 /// are zero at rest again), or at once when a barrier fails.
-pub(super) struct Published<'a, P: Iterator<Item = usize> + Clone> {
+pub(crate) struct Published<'a, P: Iterator<Item = usize> + Clone> {
     ctx: &'a OpContext,
     peers: P,
 }
 
 impl<'a, P: Iterator<Item = usize> + Clone> Published<'a, P> {
     /// Publish `ctx`'s fingerprint word; the entry barrier's release makes it visible.
-    pub(super) fn new(ctx: &'a OpContext, peers: P) -> Result<Self> {
+    pub(crate) fn new(ctx: &'a OpContext, peers: P) -> Result<Self> {
         fingerprint_word(ctx, ctx.rank)?.store(ctx.fingerprint.word(), Ordering::Relaxed);
         Ok(Published { ctx, peers })
     }
 
     /// The peers whose published word differs from this rank's (read after the entry
     /// barrier's acquire), if any.
-    pub(super) fn disagreement(&self) -> Option<Disagreement> {
+    pub(crate) fn disagreement(&self) -> Option<Disagreement> {
         let mine = self.ctx.fingerprint.word();
         let differ: Vec<(usize, u32)> = self
             .peers
@@ -112,7 +112,7 @@ fn fingerprint_word(ctx: &OpContext, owner: usize) -> Result<&AtomicU32> {
 }
 
 /// The error of a disagreement seen by this rank.
-pub(super) fn mismatch_error(op: &OpRequest, ctx: &OpContext, seen: &Disagreement) -> Error {
+pub(crate) fn mismatch_error(op: &OpRequest, ctx: &OpContext, seen: &Disagreement) -> Error {
     fingerprint::mismatch_error(op, ctx.fingerprint, ctx.engine, ctx.rank, seen)
 }
 
@@ -150,7 +150,7 @@ fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
 
 /// This rank's own input table must stay inside its input rows (torch asserts it on
 /// the device; here it is an error after the op).
-pub(super) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+pub(crate) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
     let n = match shape {
         Shape::Combine => table.len() / 2,
         _ => table.len(),
@@ -373,26 +373,19 @@ fn reduce_tile(
     op: ReduceOp,
 ) -> Result<()> {
     let ReduceOp::Sum = op;
-    let size = tile.elem.size();
-    let row_len = tile.cols * size;
     let mut acc = vec![0f64; tile.cols];
-    for row in 0..tile.rows {
-        let at = row * tile.row_stride * size;
+    for row in tile.row_layout().iter() {
         acc.fill(0.0);
         for src in 0..ctx.world {
             let from = input
-                .range(src, at, row_len)
+                .range(src, row.start, row.len())
                 .map_err(|e| e.with_peer(src))?;
-            for (i, a) in acc.iter_mut().enumerate() {
-                // SAFETY: element i lies in the checked row range.
-                *a += unsafe { elem::load(tile.elem, from, i) };
-            }
+            // SAFETY: the row lies in the checked range of `src`'s input.
+            unsafe { elem::accumulate_row(tile.elem, &mut acc, from) };
         }
-        let to = out.range(ctx.rank, at, row_len)?;
-        for (i, &a) in acc.iter().enumerate() {
-            // SAFETY: element i lies in the checked row range of this rank's out.
-            unsafe { elem::store(tile.elem, to, i, a) };
-        }
+        let to = out.range(ctx.rank, row.start, row.len())?;
+        // SAFETY: the row lies in the checked range of this rank's out.
+        unsafe { elem::store_row(tile.elem, &acc, to) };
     }
     Ok(())
 }
