@@ -504,6 +504,26 @@ def ops_same_as_torch(ctx):
     }
 
 
+def ops_disagree(ctx):
+    """The last rank passes other operands than the others: float64 x 4 per peer
+    against float32 x 8 (the same bytes) in all_to_all, and its own rank as the root
+    of a broadcast. Every rank raises, naming the ranks that differ; a good call
+    afterwards works (the group is still in step)."""
+    W, me, g = ctx.world, ctx.rank, _group()
+    odd = me == W - 1
+    caught = {}
+    dtype, per = (torch.float64, 4) if odd else (torch.float32, 8)
+    inp, out = _sym(ctx, (W * per,), dtype), _sym(ctx, (W * per,), dtype)
+    inp.fill_(me + 1)
+    caught["dtype"] = _error(torch.ops.symmwin.all_to_all, inp, out, g)
+    buf = _sym(ctx, (16,), torch.float32)
+    buf.fill_(me + 1)
+    caught["root"] = _error(torch.ops.symmwin.broadcast, buf, me if odd else 0, g)
+    torch.ops.symmwin.broadcast(buf, 0, g)
+    assert torch.equal(buf.cpu(), torch.full((16,), 1.0)), "in step after the disagreement"
+    return caught
+
+
 def ops_timeouts(ctx):
     """CPU, SYMMWIN_TIMEOUT_MS short: rank 0 calls a collective op and a
     wait_for_signal that no peer answers; both raise symmwin.TimeoutError naming rank

@@ -386,6 +386,7 @@ from ops_scenarios import (  # noqa: E402,F401
     ops_a2a_vdev,
     ops_bad_input,
     ops_compiled,
+    ops_disagree,
     ops_host_sized,
     ops_one_sided,
     ops_same_as_torch,

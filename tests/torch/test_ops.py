@@ -120,6 +120,25 @@ def test_bad_input_is_a_clear_error(device, world):
     assert "which do not fit an out of 2 rows" in room and "peer" in room, room
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_that_disagree_on_operands_raise_naming_each_other(world):
+    # CPU: float32 x 8 against float64 x 4 in all_to_all, another root in broadcast.
+    results = run_world(world, "ops_disagree")
+    odd = world - 1
+    for rank, caught in enumerate(results):
+        others = list(range(odd)) if rank == odd else [odd]
+        for case, op in (("dtype", "all_to_all"), ("root", "broadcast")):
+            text = caught[case]
+            assert f"ranks disagree on the operands of {op}: rank {rank} (this rank) has" in text, (rank, text)
+            for other in others:
+                assert f"rank {other} has fingerprint" in text, (rank, text)
+        if rank == odd:
+            assert "4 elements of 8 bytes per peer" in caught["dtype"], caught
+        else:
+            assert "8 elements of 4 bytes per peer" in caught["dtype"], caught
+        assert ("from root 0" in caught["root"]) != (rank == odd), caught
+
+
 def test_an_op_whose_peers_never_come_raises_symmwin_timeout_error():
     # CPU only: on CUDA the wait traps (tests/torch/test_ops_gpu.py's overflow case).
     results = run_world(2, "ops_timeouts", timeout=120, env={"SYMMWIN_TIMEOUT_MS": "1500"})

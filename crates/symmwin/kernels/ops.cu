@@ -8,8 +8,12 @@
 //
 // Synchronisation uses the signal pads with torch's protocol: the slot for
 // (channel, src) in the receiver's pad is `channel * world + src` (uint32); put is a
-// system-scope CAS 0 -> 1 with release, wait a CAS 1 -> 0 with acquire; pads are zero
-// at rest because every put of an op is consumed by a wait of the same op.
+// system-scope CAS 0 -> v with release, wait a CAS v -> 0 with acquire; pads are zero
+// at rest because every put of an op is consumed by a wait of the same op. The value
+// v is not torch's constant 1 but the op's operand fingerprint (OpsParams::fingerprint,
+// the same on every rank that passes the same dtype, shape, root and engine): a wait
+// that finds another value fails naming the peer (SYMMWIN_OPS_ERR_MISMATCH), so ranks
+// that disagree never move reinterpreted bytes, in CUDA graph replays too.
 //
 // Every op that writes into a peer's memory first receives that peer's "ready"
 // signal (the peer's stream has reached the op, so nothing of it still reads the
@@ -108,19 +112,71 @@ __device__ __noinline__ void fail_bad_split(const OpsParams& p, uint32_t peer, i
   trap_after_print();
 }
 
+// A peer's signal carried another operand fingerprint than ours: it called the op
+// with other operands (dtype, shape, root, engine) or another op. Nothing of this
+// op's data has moved past the signal; stop here.
+__device__ __noinline__ void fail_mismatch(const OpsParams& p, uint32_t peer, uint32_t theirs) {
+  record_split_failure(p, SYMMWIN_OPS_ERR_MISMATCH, peer, theirs, p.fingerprint);
+  printf("symmwin: device %s on rank %u: ranks disagree on the operands: rank %u has "
+         "fingerprint %#010x, this rank %#010x (every rank must pass the same dtype, shape, "
+         "root and engine); trapping, the CUDA context is lost and the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, peer, theirs, p.fingerprint);
+  trap_after_print();
+}
+
 // ---------------------------------------------------------------------------------
-// Signals: the pad protocol through wait.cuh's timed waits, which report and trap
+// Signals: the pad protocol through wait.cuh's timed waits, which report and trap.
+// Every signal of an op carries the op's operand fingerprint (`p.fingerprint`, never
+// 0) instead of torch's constant 1, and every wait takes only a signal with its own
+// fingerprint: one CAS per spin, as with the constant, so the check costs nothing.
+
+// Put `p.fingerprint` into `slot` once it is free (CAS 0 -> value, release).
+// Returns 0 on success, else the time waited.
+__device__ __forceinline__ uint64_t timed_put_fingerprint(const OpsParams& p, uint32_t* slot) {
+  const uint32_t mine = p.fingerprint;
+  return symmwin::spin_until([slot, mine] { return symmwin::cas_release(slot, 0u, mine) == 0u; },
+                             p.wait.timeout_ns);
+}
+
+// Take a signal from `slot` (CAS value -> 0, acquire). Any signal ends the wait; one
+// with another value stays in the slot and is returned in `seen` (the caller fails).
+// Returns 0 on success, else the time waited.
+__device__ __forceinline__ uint64_t timed_take_fingerprint(const OpsParams& p, uint32_t* slot,
+                                                           uint32_t* seen) {
+  const uint32_t mine = p.fingerprint;
+  uint32_t old = mine;
+  const uint64_t waited = symmwin::spin_until(
+      [slot, mine, &old] {
+        old = symmwin::cas_acquire(slot, mine, 0u);
+        return old != 0u;
+      },
+      p.wait.timeout_ns);
+  *seen = waited == 0 ? old : mine;
+  return waited;
+}
 
 // One thread signals `dst` on `channel`: everything it (and, after a barrier, its
 // block) wrote is visible to `dst` first. Waits while `dst` has not consumed the
 // previous signal of the slot.
 __device__ __forceinline__ void signal_peer(const OpsParams& p, uint32_t dst, uint32_t channel) {
-  symmwin::put_or_trap(p.wait, pad_slot(p, dst, channel, p.rank), dst, channel);
+  const uint64_t waited = timed_put_fingerprint(p, pad_slot(p, dst, channel, p.rank));
+  if (waited != 0) {
+    const uint32_t late[1] = {dst};
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited);
+  }
 }
 
 // One thread waits for `src`'s signal on `channel`; its later reads are ordered after it.
 __device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
-  symmwin::wait_or_trap(p.wait, pad_slot(p, p.rank, channel, src), src, channel);
+  uint32_t seen;
+  const uint64_t waited = timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), &seen);
+  if (waited != 0) {
+    const uint32_t late[1] = {src};
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited);
+  }
+  if (seen != p.fingerprint) {
+    fail_mismatch(p, src, seen);
+  }
 }
 
 // Thread 0 of the block signals `peer` after every thread of the block is done.
@@ -159,11 +215,15 @@ __device__ void peer_handshake(const OpsParams& p, uint32_t put_channel, uint32_
   uint64_t waited = 0;
   uint32_t channel = put_channel;
   if (put) {
-    waited = symmwin::timed_put(pad_slot(p, t, put_channel, p.rank), p.wait.timeout_ns);
+    waited = timed_put_fingerprint(p, pad_slot(p, t, put_channel, p.rank));
   }
+  uint32_t seen = p.fingerprint;
   if (waited == 0 && wait) {
     channel = wait_channel;
-    waited = symmwin::timed_wait(pad_slot(p, p.rank, wait_channel, t), p.wait.timeout_ns);
+    waited = timed_take_fingerprint(p, pad_slot(p, p.rank, wait_channel, t), &seen);
+  }
+  if (seen != p.fingerprint) {
+    fail_mismatch(p, t, seen);
   }
   block_timeouts.finish(p.wait, channel, t, waited);
 }

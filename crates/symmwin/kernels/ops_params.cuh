@@ -56,6 +56,8 @@
 // OpsError::kind (timeouts go to wait.cuh's TimeoutRecord).
 #define SYMMWIN_OPS_ERR_OVERFLOW 2
 #define SYMMWIN_OPS_ERR_BAD_SPLIT 3
+// A peer's signal carried another operand fingerprint: rows = the peer's, room = ours.
+#define SYMMWIN_OPS_ERR_MISMATCH 4
 
 // One operand: rank r's copy is `bytes` bytes at `base + r * stride + offset`.
 struct Operand {
@@ -87,7 +89,9 @@ struct OpsParams {
   uint32_t blocks_per_peer;
   uint32_t channel;    // first pad channel the op uses
   uint32_t mode;       // SYMMWIN_A2AV_*, SYMMWIN_COPY_*, SYMMWIN_HS_*, SYMMWIN_DTYPE_*
-  uint32_t _reserved;
+  uint32_t fingerprint;  // the value of every pad signal of the op (never 0): the ranks'
+                         // operand fingerprint (provider/device_ops/fingerprint.rs), 1 for
+                         // one-sided ops
   uint64_t roots[SYMMWIN_OPS_MAX_ROOT_WORLD / 64];  // tile reduce: bit r = rank r is a root
 };
 
@@ -117,6 +121,7 @@ static_assert(offsetof(OpsParams, major_align) == 208, "OpsParams layout");
 static_assert(offsetof(OpsParams, rank) == 216, "OpsParams layout");
 static_assert(offsetof(OpsParams, blocks_per_peer) == 232, "OpsParams layout");
 static_assert(offsetof(OpsParams, mode) == 240, "OpsParams layout");
+static_assert(offsetof(OpsParams, fingerprint) == 244, "OpsParams layout");
 static_assert(offsetof(OpsParams, roots) == 248, "OpsParams layout");
 static_assert(sizeof(OpsParams) == 280, "OpsParams layout");
 static_assert(sizeof(OpsError) == 32, "OpsError layout");

@@ -26,6 +26,7 @@ common::worker! {
     "var" => var_ops,
     "sized" => host_sized_ops,
     "tiles" => tiles,
+    "disagree" => disagree,
 }
 
 fn join_cuda(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
@@ -336,6 +337,48 @@ fn tiles(rank: usize, world: usize) -> String {
     format!("failures={}", failures.first().cloned().unwrap_or_default())
 }
 
+/// float32 x 8 per peer on rank 0 against float64 x 4 on rank 1 (the same bytes):
+/// the device handshake sees the other rank's fingerprint, records it and traps; the
+/// next symmwin call on each rank says which rank disagrees on the operands.
+fn disagree(rank: usize, world: usize) -> String {
+    let engine: Engine = std::env::var("DISAGREE_ENGINE").unwrap().parse().unwrap();
+    let (group, provider) = join_cuda(rank, world);
+    let len = 32 * world;
+    let (_a, input) = window(&group, &provider, len);
+    let (_b, out) = window(&group, &provider, len);
+    let opts = OpOptions {
+        engine: Some(engine),
+        ..OpOptions::default()
+    };
+    let elem = if rank == 0 { 4 } else { 8 };
+    let launched = symmwin::all_to_all(
+        Operand::new(&input, 0, len),
+        Operand::new(&out, 0, len),
+        elem,
+        &opts,
+    );
+    // The trap makes the stream's synchronization fail; the next op reads the record
+    // and names the peer.
+    let errors: Vec<symmwin::Error> = [
+        launched.err(),
+        out.synchronize(Stream::DEFAULT).err(),
+        symmwin::broadcast(Operand::new(&out, 0, len), 0, &opts).err(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let named = errors.iter().find(|e| {
+        e.to_string()
+            .contains("ranks disagree on the operands of all_to_all: rank ")
+    });
+    format!(
+        "named={} peer={:?} errors={}",
+        named.is_some(),
+        named.and_then(|e| e.peer()),
+        errors.len()
+    )
+}
+
 fn run_everywhere(scenario: &str) {
     for world in [2, 4, 8] {
         let job = Job::new(scenario);
@@ -363,6 +406,29 @@ fn host_sized_ops_match_on_both_engines_at_world_2_4_8() {
 #[ignore = "needs a CUDA GPU"]
 fn tile_reduce_sums_exactly_at_every_root_at_world_2_4_8() {
     run_everywhere("tiles");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ranks_that_disagree_on_the_dtype_trap_and_name_each_other_on_both_engines() {
+    for engine in ["sm", "copy_engine"] {
+        let job = Job::new("disagree");
+        let ranks = job.spawn(2, "disagree", &[("DISAGREE_ENGINE", engine.to_owned())]);
+        for (rank, out) in ranks.wait(Duration::from_secs(120)).iter().enumerate() {
+            let r = result(out);
+            assert_eq!(
+                common::field(&r, "named"),
+                "true",
+                "{engine} rank {rank}: {r}"
+            );
+            let other = 1 - rank;
+            assert_eq!(
+                common::field(&r, "peer"),
+                format!("Some({other})"),
+                "{engine} rank {rank}: {r}"
+            );
+        }
+    }
 }
 
 /// The NVLink fabric domain of every device, from NVML: NVML loads and finds each

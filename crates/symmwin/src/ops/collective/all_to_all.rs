@@ -29,7 +29,7 @@ pub fn all_to_all(input: Operand, out: Operand, elem_size: usize, opts: &OpOptio
         chunk: per_peer,
     };
     // SAFETY: both operands were checked to lie in their live windows of one group.
-    unsafe { execute(w, Reach::Everyone, opts, &op) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, elem_size) }
 }
 
 /// Bytes each rank sends each peer in an equal-split all-to-all of `len` bytes of

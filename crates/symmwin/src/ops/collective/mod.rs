@@ -26,7 +26,7 @@ use super::rank::Rank;
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 use crate::provider::device_ops::plan::{in_table_len, Shape};
-use crate::provider::device_ops::OpRequest;
+use crate::provider::device_ops::{Fingerprint, OpRequest};
 use crate::provider::device_ops::{
     OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, TileReduce, Transfer, VarArgs,
 };
@@ -117,16 +117,23 @@ fn same_group(first: &Window, other: &Window, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn context(window: &Window, opts: &OpOptions) -> Result<OpContext> {
+fn context(
+    window: &Window,
+    opts: &OpOptions,
+    op: &OpRequest,
+    elem_size: usize,
+) -> Result<OpContext> {
     let pads = window.pads()?;
+    let engine = Engine::resolve(opts.engine)?;
     Ok(OpContext {
+        fingerprint: Fingerprint::of(op, engine, elem_size),
         rank: window.rank(),
         world: window.world(),
         channel: ops_channel(&pads)?,
         pads,
         timeout: window.timeout(opts.timeout),
         stream: opts.stream,
-        engine: Engine::resolve(opts.engine)?,
+        engine,
         peers: window.peers(),
     })
 }
@@ -167,9 +174,25 @@ fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
 /// Every operand of `op` was checked to lie in its live window (and any address it
 /// carries is as [`super::DeviceOps::execute`] requires).
 unsafe fn execute(window: &Window, reach: Reach, opts: &OpOptions, op: &OpRequest) -> Result<()> {
+    // SAFETY: a propagation of the caller's assertion.
+    unsafe { execute_elems(window, reach, opts, op, 1) }
+}
+
+/// [`execute`] of an op whose caller named an element size (part of the op's
+/// operand fingerprint, see `provider::device_ops::fingerprint`).
+///
+/// # Safety
+/// As [`execute`].
+unsafe fn execute_elems(
+    window: &Window,
+    reach: Reach,
+    opts: &OpOptions,
+    op: &OpRequest,
+    elem_size: usize,
+) -> Result<()> {
     let go = || {
         require_mapped(window, reach)?;
-        let ctx = context(window, opts)?;
+        let ctx = context(window, opts, op, elem_size)?;
         if window.all_mapped() {
             // SAFETY: a propagation of the caller's assertion.
             return unsafe { window.provider().ops().execute(&ctx, op) };

@@ -24,10 +24,11 @@ mod reduce;
 mod var;
 
 use crate::error::Result;
-use crate::provider::Provider;
+use crate::provider::{Provider, ProviderKind};
 use crate::signal::remote::{RemotePeers, SignalScope};
 
 use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
+use crate::provider::host::{mismatch_error, Published};
 use moves::Moves;
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move
@@ -72,14 +73,38 @@ impl<'a> SpanningOps<'a> {
     /// Entry barrier, `body`, exit barrier, among this host's ranks; the body's error
     /// is reported after the exit barrier (a barrier failure wins: the host's ranks
     /// are then out of step).
-    fn collective(&self, ctx: &OpContext, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    ///
+    /// On host memory this host's ranks compare their operand fingerprints through
+    /// the pads (as [`super::host::HostOps`] does); a rank that sees another fails,
+    /// naming it, after the body, which still runs: its messages to other hosts must
+    /// be matched there, so a rank cannot drop out of an op alone.
+    fn collective(
+        &self,
+        ctx: &OpContext,
+        op: &OpRequest,
+        body: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let published = match self.provider.info().kind {
+            ProviderKind::Host => Some(Published::new(ctx, self.mapped_ranks())?),
+            _ => None,
+        };
         self.local_barrier(ctx)?;
         // Device memory: once the barrier has completed on the stream every local
         // peer's inputs are ready; the copies below do not run on the caller's stream.
         self.provider.signals().synchronize(ctx.stream)?;
+        let seen = published.as_ref().and_then(|p| p.disagreement());
         let outcome = body();
         self.local_barrier(ctx)?;
-        outcome
+        drop(published);
+        match seen {
+            Some(seen) => Err(mismatch_error(op, ctx, &seen)),
+            None => outcome,
+        }
+    }
+
+    /// Ranks mapped here (this host's), in rank order.
+    fn mapped_ranks(&self) -> impl Iterator<Item = usize> + Clone + '_ {
+        (0..self.scope.mapped.len()).filter(|&r| self.mapped(r))
     }
 }
 
@@ -135,15 +160,15 @@ impl DeviceOps for SpanningOps<'_> {
     unsafe fn execute(&self, ctx: &OpContext, op: &OpRequest) -> Result<()> {
         match *op {
             OpRequest::AllToAll { input, out, chunk } => {
-                self.collective(ctx, || self.all_to_all(ctx, input, out, chunk))
+                self.collective(ctx, op, || self.all_to_all(ctx, input, out, chunk))
             }
             OpRequest::AllToAllV { shape, args } => {
-                self.collective(ctx, || self.all_to_all_v(ctx, shape, args))
+                self.collective(ctx, op, || self.all_to_all_v(ctx, shape, args))
             }
             OpRequest::Broadcast { buf, len, root } => {
-                self.collective(ctx, || self.broadcast(ctx, buf, len, root))
+                self.collective(ctx, op, || self.broadcast(ctx, buf, len, root))
             }
-            OpRequest::TileReduce(r) => self.collective(ctx, || self.reduce_tiles(ctx, &r)),
+            OpRequest::TileReduce(r) => self.collective(ctx, op, || self.reduce_tiles(ctx, &r)),
             // One-sided: the safe layer lets them reach mapped peers only.
             // SAFETY: a propagation of the caller's assertion.
             _ => unsafe { self.provider.ops().execute(ctx, op) },

@@ -186,6 +186,58 @@ impl Tile {
     }
 }
 
+/// The signal word of an op with nothing to compare (torch's pad protocol constant).
+pub const PLAIN_SIGNAL: u32 = 1;
+
+/// The fingerprint of one rank's call of one op (computed and compared as NOTE [operand fingerprint]
+/// in `fingerprint.rs` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The 64-bit hash; 0 for a one-sided op.
+    value: u64,
+    /// Bytes per element the caller named (1 where the op takes bytes), for messages.
+    elem_size: usize,
+}
+
+impl Fingerprint {
+    /// A fingerprint of `value` (0: nothing to compare) for a call that named
+    /// `elem_size`-byte elements.
+    pub(crate) const fn new(value: u64, elem_size: usize) -> Fingerprint {
+        Fingerprint { value, elem_size }
+    }
+
+    /// The fingerprint of an op with nothing to compare (tests, one-sided ops).
+    pub const NONE: Fingerprint = Fingerprint {
+        value: 0,
+        elem_size: 1,
+    };
+
+    /// The 64-bit value.
+    pub fn value(self) -> u64 {
+        self.value
+    }
+
+    /// The 32-bit word a provider sends in its entry signal: never 0 (a pad word at
+    /// rest) nor [`PLAIN_SIGNAL`] for a collective, so a peer at another op (or at a
+    /// plain signal) never matches by accident of the constant.
+    pub fn word(self) -> u32 {
+        if self.value == 0 {
+            return PLAIN_SIGNAL;
+        }
+        let folded = (self.value ^ (self.value >> 32)) as u32;
+        if folded <= PLAIN_SIGNAL {
+            folded + 2
+        } else {
+            folded
+        }
+    }
+
+    /// Bytes per element the caller named, for messages.
+    pub fn elem_size(self) -> usize {
+        self.elem_size
+    }
+}
+
 /// Everything a provider needs to synchronize one op with the other ranks.
 #[derive(Debug, Clone, Copy)]
 pub struct OpContext {
@@ -207,6 +259,9 @@ pub struct OpContext {
     pub engine: Engine,
     /// The group's watched peers: a host wait for one that has ended fails early.
     pub peers: crate::peer_watch::PeerSet,
+    /// What every rank must pass alike to this op, compared where the op synchronizes
+    /// (see `fingerprint.rs`).
+    pub fingerprint: Fingerprint,
 }
 
 impl OpContext {

@@ -10,7 +10,9 @@
 //! are back to zero. Collective ops synchronize only on [`OpContext::channel`] of
 //! [`OpContext::pads`], with torch's pad protocol (slot `channel * world + src` of
 //! the receiver's pad, CAS 0 -> 1 with release to signal, CAS 1 -> 0 with acquire to
-//! wait).
+//! wait). The ranks compare [`OpContext::fingerprint`] where they synchronize: the
+//! CUDA kernels send its word in place of the constant 1, the host ops publish it in
+//! their own pad (see NOTE [operand fingerprint] in `fingerprint.rs`).
 //!
 //! Split tables are read where they are (host memory, or device memory on the
 //! device): a device implementation never copies them to the host. A split that would
@@ -20,11 +22,14 @@
 
 mod args;
 pub(crate) mod elem;
+pub(crate) mod fingerprint;
 pub mod plan;
 mod request;
 
 pub use crate::engine::Engine;
-pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
+pub use args::{
+    ElemType, Fingerprint, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs,
+};
 pub use request::{OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -135,6 +140,7 @@ mod tests {
                 stream: 0,
                 engine: Engine::Auto,
                 peers: crate::peer_watch::PeerSet::NONE,
+                fingerprint: Fingerprint::NONE,
             };
             // SAFETY: the refusing implementation touches no memory.
             let err = unsafe { ops.execute(&ctx, &request) }.unwrap_err();

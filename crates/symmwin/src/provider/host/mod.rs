@@ -16,7 +16,7 @@ use super::mapped::MappedRanges;
 use super::{HandleType, Memory, Provider, ProviderInfo, ProviderKind, SharedHandle, Span, Table};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use memory::{HostMemory, HostSpan, HostTable};
-pub(crate) use ops::{check_own_sends, HostOps};
+pub(crate) use ops::{check_own_sends, mismatch_error, HostOps, Published};
 pub use signals::HostSignals;
 
 /// Seals every region carries: a peer can neither shrink (SIGBUS for us) nor grow it.

@@ -8,7 +8,7 @@
 //! nothing but still takes both barriers, so the pads stay balanced and no peer hangs;
 //! it reports the error after the exit barrier.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
@@ -20,6 +20,7 @@ use crate::provider::device_ops::{
 use crate::provider::{PadSignal, SignalAt, Signals};
 
 use super::signals::{timed_out, wait_until, HostSignals, HostWait};
+use crate::provider::device_ops::fingerprint::{self, Disagreement};
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -36,13 +37,83 @@ impl HostOps {
     }
 
     /// Entry barrier, `body`, exit barrier; the body's error is reported after the
-    /// exit barrier (a barrier failure wins: the group is then out of step).
-    fn collective(&self, ctx: &OpContext, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    /// exit barrier (a barrier failure wins: the group is then out of step). The
+    /// ranks' fingerprints are compared after the entry barrier; on a disagreement no
+    /// rank runs `body` and every rank reports the ranks that differ from it.
+    fn collective(
+        &self,
+        ctx: &OpContext,
+        op: &OpRequest,
+        body: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let published = Published::new(ctx, 0..ctx.world)?;
         self.barrier(ctx)?;
-        let outcome = body();
+        let outcome = match published.disagreement() {
+            None => body(),
+            Some(seen) => Err(mismatch_error(op, ctx, &seen)),
+        };
         self.barrier(ctx)?;
+        drop(published);
         outcome
     }
+}
+
+/// This rank's operand fingerprint, published in its own pad at the word of
+/// (ops channel, own rank), which no signal uses (a rank never signals itself), for
+/// the ranks in `peers` to read between an op's entry and exit barriers. Cleared
+/// when dropped, after the exit barrier (every peer has read it by then, and pads
+/// are zero at rest again), or at once when a barrier fails.
+pub(crate) struct Published<'a, P: Iterator<Item = usize> + Clone> {
+    ctx: &'a OpContext,
+    peers: P,
+}
+
+impl<'a, P: Iterator<Item = usize> + Clone> Published<'a, P> {
+    /// Publish `ctx`'s fingerprint word; the entry barrier's release makes it visible.
+    pub(crate) fn new(ctx: &'a OpContext, peers: P) -> Result<Self> {
+        fingerprint_word(ctx, ctx.rank)?.store(ctx.fingerprint.word(), Ordering::Relaxed);
+        Ok(Published { ctx, peers })
+    }
+
+    /// The peers whose published word differs from this rank's (read after the entry
+    /// barrier's acquire), if any.
+    pub(crate) fn disagreement(&self) -> Option<Disagreement> {
+        let mine = self.ctx.fingerprint.word();
+        let differ: Vec<(usize, u32)> = self
+            .peers
+            .clone()
+            .filter(|&peer| peer != self.ctx.rank)
+            .filter_map(|peer| {
+                let word = fingerprint_word(self.ctx, peer)
+                    .ok()?
+                    .load(Ordering::Relaxed);
+                (word != mine).then_some((peer, word))
+            })
+            .collect();
+        (!differ.is_empty()).then_some(Disagreement { differ })
+    }
+}
+
+impl<P: Iterator<Item = usize> + Clone> Drop for Published<'_, P> {
+    fn drop(&mut self) {
+        if let Ok(word) = fingerprint_word(self.ctx, self.ctx.rank) {
+            word.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The fingerprint word of `owner` (its own word, (ops channel, `owner`), in its pad).
+fn fingerprint_word(ctx: &OpContext, owner: usize) -> Result<&AtomicU32> {
+    let addr = ctx.pads.word(owner, ctx.channel, owner)?;
+    // SAFETY: the address lies inside a mapped host pad (bounds checked by `word`)
+    // that lives as long as the window of the op, which outlives the op and so the
+    // borrow of `ctx`; u32 words are 4-byte aligned; pads are accessed atomically.
+    Ok(unsafe { AtomicU32::from_ptr(addr as *mut u32) })
+}
+
+/// The error of a disagreement seen by this rank.
+pub(crate) fn mismatch_error(op: &OpRequest, ctx: &OpContext, seen: &Disagreement) -> Error {
+    fingerprint::mismatch_error(op, ctx.fingerprint, ctx.engine, ctx.rank, seen)
 }
 
 /// Copy `len` bytes; `ptr::copy` because a rank may copy its own slot onto itself.
@@ -166,14 +237,14 @@ impl DeviceOps for HostOps {
         match *op {
             OpRequest::AllToAll { input, out, chunk } => {
                 // SAFETY: a propagation of the caller's assertion.
-                self.collective(ctx, || unsafe { all_to_all(ctx, input, out, chunk) })
+                self.collective(ctx, op, || unsafe { all_to_all(ctx, input, out, chunk) })
             }
             OpRequest::AllToAllV { shape, args } => {
-                self.collective(ctx, || run_plan(shape, ctx, args))
+                self.collective(ctx, op, || run_plan(shape, ctx, args))
             }
             OpRequest::Broadcast { buf, len, root } => {
                 // SAFETY: a propagation of the caller's assertion.
-                self.collective(ctx, || unsafe { broadcast(ctx, buf, len, root) })
+                self.collective(ctx, op, || unsafe { broadcast(ctx, buf, len, root) })
             }
             // SAFETY: a propagation of the caller's assertion.
             OpRequest::Put(t) => unsafe { copy_between(ctx, t.buf, t.len, ctx.rank, t.peer) },
@@ -203,7 +274,7 @@ impl DeviceOps for HostOps {
                     SignalAt::new(0, ctx.timeout, ctx.stream).watching(ctx.peers),
                 )
             }
-            OpRequest::TileReduce(r) => self.collective(ctx, || {
+            OpRequest::TileReduce(r) => self.collective(ctx, op, || {
                 let Some(mine) = r.root_index(ctx.rank) else {
                     return Ok(());
                 };

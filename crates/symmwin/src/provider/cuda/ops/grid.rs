@@ -132,6 +132,7 @@ mod tests {
             stream: 0,
             engine: Engine::Auto,
             peers: crate::peer_watch::PeerSet::NONE,
+            fingerprint: crate::provider::device_ops::Fingerprint::NONE,
         }
     }
 

@@ -68,6 +68,7 @@ impl CudaOps {
         p.pad_base = ctx.pads.base() as u64;
         p.pad_stride = ctx.pads.stride() as u64;
         p.world = ctx.world as u32;
+        p.fingerprint = ctx.fingerprint.word();
         Ok(p)
     }
 

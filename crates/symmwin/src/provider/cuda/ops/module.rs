@@ -12,7 +12,7 @@ use super::super::context::PrimaryContext;
 use super::super::driver::DriverError;
 use super::super::pinned::Pinned;
 use super::super::signals::Module;
-use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_OVERFLOW, UNKNOWN_RANK};
+use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_MISMATCH, ERR_OVERFLOW, UNKNOWN_RANK};
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// The PTX of `kernels/ops.cu`, NUL-terminated for `cuModuleLoadData`.
@@ -178,6 +178,18 @@ fn describe(fields: &OpsError, peer: usize) -> Error {
              ({} rows); nothing was sent; {lost}",
             fields.rows, fields.room
         )),
+        ERR_MISMATCH => Error::new(
+            Phase::Argument,
+            ErrorKind::Mismatch {
+                field: crate::provider::device_ops::fingerprint::operands_of(op),
+                detail: format!(
+                    "rank {peer} has fingerprint {:#010x}, rank {} (this rank) {:#010x}; every \
+                     rank must pass the same dtype, shape, root and engine to a collective \
+                     op; nothing moved past the signal; {lost}",
+                    fields.rows as u32, fields.rank, fields.room as u32
+                ),
+            },
+        ),
         other => Error::invalid(format!(
             "{op}: device failure of unknown kind {other}; {lost}"
         )),
@@ -241,6 +253,27 @@ mod tests {
             2,
         );
         assert_eq!((bad.rank(), bad.peer()), (None, Some(2)));
+        let mismatch = describe(
+            &OpsError {
+                kind: ERR_MISMATCH,
+                op: OpId::AllToAll as u32,
+                rank: 0,
+                rows: 0xdead_beef,
+                room: 0x1234_5678,
+                ..OpsError::default()
+            },
+            1,
+        );
+        assert_eq!((mismatch.rank(), mismatch.peer()), (Some(0), Some(1)));
+        let text = mismatch.to_string();
+        assert!(
+            text.contains(
+                "ranks disagree on the operands of all_to_all: rank 1 has fingerprint \
+                 0xdeadbeef, rank 0 (this rank) 0x12345678"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("process must exit"), "{text}");
         assert!(bad
             .to_string()
             .contains("all_to_all_vdev: a split of -1 rows"));

@@ -58,6 +58,9 @@ pub(super) const DTYPE_F64: u32 = 3;
 /// `OpsError::kind` (timeouts go to the signal kernels' record, `timeout_record.rs`).
 pub(super) const ERR_OVERFLOW: u32 = 2;
 pub(super) const ERR_BAD_SPLIT: u32 = 3;
+/// A peer's signal carried another operand fingerprint (`rows`: the peer's word,
+/// `room`: this rank's).
+pub(super) const ERR_MISMATCH: u32 = 4;
 
 /// One operand: rank `r`'s copy is `bytes` bytes at `base + r * stride + offset`.
 #[repr(C)]
@@ -106,7 +109,9 @@ pub(super) struct OpsParams {
     pub blocks_per_peer: u32,
     pub channel: u32,
     pub mode: u32,
-    pub _reserved: u32,
+    /// The value of every pad signal of the op: the operand fingerprint's word
+    /// ([`crate::provider::device_ops::Fingerprint::word`]), never 0.
+    pub fingerprint: u32,
     pub roots: [u64; MAX_ROOT_WORLD / 64],
 }
 
@@ -134,7 +139,7 @@ impl OpsParams {
             blocks_per_peer: 0,
             channel: 0,
             mode: 0,
-            _reserved: 0,
+            fingerprint: crate::provider::device_ops::Fingerprint::NONE.word(),
             roots: [0; MAX_ROOT_WORLD / 64],
         }
     }
@@ -187,6 +192,7 @@ mod tests {
         assert_eq!(offset_of!(OpsParams, rank), 216);
         assert_eq!(offset_of!(OpsParams, blocks_per_peer), 232);
         assert_eq!(offset_of!(OpsParams, mode), 240);
+        assert_eq!(offset_of!(OpsParams, fingerprint), 244);
         assert_eq!(offset_of!(OpsParams, roots), 248);
         assert_eq!(size_of::<OpsParams>(), 280);
         assert_eq!(size_of::<OpsError>(), 32);
@@ -254,6 +260,7 @@ mod tests {
         assert_eq!(define("SYMMWIN_DTYPE_F32"), DTYPE_F32 as u64);
         assert_eq!(define("SYMMWIN_OPS_ERR_BAD_SPLIT"), ERR_BAD_SPLIT as u64);
         assert_eq!(define("SYMMWIN_OPS_ERR_OVERFLOW"), ERR_OVERFLOW as u64);
+        assert_eq!(define("SYMMWIN_OPS_ERR_MISMATCH"), ERR_MISMATCH as u64);
     }
 
     #[test]
