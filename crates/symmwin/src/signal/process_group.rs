@@ -15,9 +15,11 @@
 //! - Device memory through a group that does not (gloo only): every message is staged
 //!   through host memory after the stream has drained, and the host path runs.
 //!
-//! A failed wait is a timeout only when it lasted its whole bound: gloo reports a
+//! A failed wait is a timeout only when it failed at its deadline: gloo reports a
 //! timeout and a lost connection with the same exception type (so the link cannot
 //! tell them apart by type), while a wait that failed sooner did not run out of time.
+//! The waits of one call run side by side, so one that times out cannot make the
+//! others fail early (gloo closes every connection after a timeout).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Sender};
@@ -99,6 +101,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves consistent data (an Option or
     // a map of senders): go on with it.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn failed_wait(message: &str) -> LinkFailure {
+    LinkFailure {
+        peer: None,
+        broken: false,
+        message: message.to_owned(),
+    }
 }
 
 fn lost(f: LinkFailure) -> RemoteFailure {
@@ -200,7 +210,6 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
         wait_sends: bool,
         timeout: Duration,
     ) -> Result<(), RemoteFailure> {
-        let deadline = Instant::now() + timeout;
         let works = self.link.post(batch, Memory::Host).map_err(lost)?;
         let mut waits = Vec::with_capacity(works.len());
         for (m, work) in batch.iter().zip(works) {
@@ -211,36 +220,63 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
                 waits.push((m.peer, work));
             }
         }
-        self.wait_all(waits, deadline)
+        self.wait_all(waits, timeout)
     }
 
-    /// Wait for every work (each up to the deadline), then report the first failure,
-    /// a lost connection before a timeout: a rank that died is named, not a live rank
-    /// that was itself waiting for it.
+    /// Wait for every work at once (each up to the deadline), then report the first
+    /// failure, a lost connection before a timeout: a rank that died is named, not a
+    /// live rank that was itself waiting for it.
+    ///
+    /// The waits run side by side because a timeout is told by the clock: gloo closes
+    /// every connection once one wait times out, so a wait after it would fail early
+    /// and look like a lost peer. Waited together, a peer that is gone fails before
+    /// the deadline and the rest fail at it.
     fn wait_all(
         &self,
         waits: Vec<(usize, L::Work)>,
-        deadline: Instant,
+        timeout: Duration,
     ) -> Result<(), RemoteFailure> {
+        let started = Instant::now();
+        let bound = timeout.max(Duration::from_millis(1));
+        let link = &*self.link;
+        let wait = |work| {
+            let result = link.wait(work, Some(bound));
+            (result, started.elapsed())
+        };
+        let mut waits = waits.into_iter();
+        let first = waits.next();
+        let outcomes: Vec<_> = std::thread::scope(|scope| {
+            let others: Vec<_> = waits
+                .map(|(peer, work)| (peer, scope.spawn(move || wait(work))))
+                .collect();
+            let mut outcomes: Vec<_> = first
+                .map(|(peer, work)| (peer, wait(work)))
+                .into_iter()
+                .collect();
+            for (peer, handle) in others {
+                let outcome = handle.join().unwrap_or_else(|_| {
+                    let panicked = failed_wait("the thread waiting for it panicked");
+                    (Err(panicked), Duration::ZERO)
+                });
+                outcomes.push((peer, outcome));
+            }
+            outcomes
+        });
+        // A failure in the last tenth of the bound is the deadline's (or a consequence
+        // of another wait's timeout at it).
+        let late_after = bound - bound / 10;
         let mut lost_peer: Option<RemoteFailure> = None;
         let mut late: Option<RemoteFailure> = None;
-        for (peer, work) in waits {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            let started = Instant::now();
-            let Err(f) = self.link.wait(work, Some(left)) else {
-                continue;
-            };
-            // Only a wait that lasted its whole bound can have timed out.
-            let timed_out = !f.broken && started.elapsed() >= left;
+        for (peer, (result, elapsed)) in outcomes {
+            let Err(f) = result else { continue };
+            let timed_out = !f.broken && elapsed >= late_after;
             let failure = RemoteFailure {
                 peer: f.peer.or(Some(peer)),
                 timed_out,
                 message: f.message,
             };
-            let first = if timed_out { &mut late } else { &mut lost_peer };
-            first.get_or_insert(failure);
+            let slot = if timed_out { &mut late } else { &mut lost_peer };
+            slot.get_or_insert(failure);
         }
         match lost_peer.or(late) {
             Some(f) => Err(f),

@@ -150,6 +150,26 @@ fn a_lost_peer_is_reported_before_a_late_one() {
 }
 
 #[test]
+fn a_failure_another_waits_timeout_causes_is_not_a_lost_peer() {
+    // Rank 1 times out; rank 2's wait then fails too (gloo closes every pair after a
+    // timeout), which is no evidence that rank 2 is gone.
+    let (p, _) = peers(false, false, |_| Outcome::Late);
+    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
+    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
+    assert_eq!((f.peer, f.timed_out), (Some(1), true));
+    // A peer that is gone fails early, and is the one named, whatever the order.
+    let (p, _) = peers(false, false, |peer| {
+        if peer == 2 {
+            Outcome::Broken
+        } else {
+            Outcome::Late
+        }
+    });
+    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
+    assert_eq!((f.peer, f.timed_out), (Some(2), false));
+}
+
+#[test]
 fn a_failure_at_the_deadline_is_a_timeout() {
     let (p, _) = peers(false, false, |_| Outcome::Late);
     let f = p
