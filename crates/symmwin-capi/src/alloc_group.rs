@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 
-use super::{copy_out, guard, guard_out, provider, str_arg, SymmwinStatus, REGISTRY};
+use crate::args::{copy_out, str_arg};
+use crate::last_error::{guard, guard_out};
+use crate::state::{provider, REGISTRY};
+use crate::status::SymmwinStatus;
 
 /// Group name by allocation id, for the allocations made for a named group only.
 static ALLOC_GROUPS: Mutex<BTreeMap<u64, String>> = Mutex::new(BTreeMap::new());
@@ -72,7 +75,8 @@ pub unsafe extern "C" fn symmwin_alloc_group(
             .find(ptr as usize)
             .and_then(|(alloc, _)| groups().get(&alloc.id()).cloned());
         match name {
-            Some(name) => copy_out(&name, buf, len),
+            // SAFETY: `buf` has room for `len` bytes (the contract).
+            Some(name) => unsafe { copy_out(&name, buf, len) },
             None => Ok(SymmwinStatus::SymmwinNotFound),
         }
     })

@@ -4,7 +4,10 @@
 
 use std::ffi::c_void;
 
-use super::{guard, out_arg, window_arg, SymmwinStatus, SymmwinWindow};
+use crate::args::{out_arg, window_arg};
+use crate::last_error::guard;
+use crate::status::SymmwinStatus;
+use crate::SymmwinWindow;
 
 /// `(base, stride)` with `ptrs[r] == base + r * stride` for every mapped rank (0
 /// entries are ranks on another host: not mapped, nothing to check).

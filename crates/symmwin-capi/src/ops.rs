@@ -5,9 +5,17 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-use symmwin::ops::collective::{self, Operand};
-use symmwin::ops::plan::Shape;
-use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
+use symmwin::Operand;
+
+/// The op entry points of the core, under the name the bodies below call them by.
+mod collective {
+    pub(crate) use symmwin::{
+        all_to_all, all_to_all_v, broadcast, put_or_get, put_signal, put_with_signal, tile_reduce,
+        wait_for_signal_at, wait_signal,
+    };
+}
+use symmwin::Shape;
+use symmwin::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
 
 use super::{guard, out_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow, REGISTRY};
 

@@ -7,10 +7,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::signal::process_group::{
-    LinkFailure, Memory, Message, ProcessGroupLink, ProcessGroupPeers,
+use symmwin::{
+    Direction, LinkFailure, Message, MessageMemory, ProcessGroupLink, ProcessGroupPeers,
 };
-use symmwin::signal::remote::Direction;
 
 /// `SymmwinMessage::direction`: from us to the peer.
 pub const SYMMWIN_SEND: c_int = 0;
@@ -219,13 +218,13 @@ impl ProcessGroupLink for SharedLink {
     fn post(
         &self,
         batch: &[Message],
-        memory: Memory,
+        memory: MessageMemory,
     ) -> Result<Vec<Option<CallbackWork>>, LinkFailure> {
         let post = self.0 .0.post.ok_or_else(|| missing("post"))?;
         let msgs = batch.iter().map(c_message).collect::<Result<Vec<_>, _>>()?;
         let memory = match memory {
-            Memory::Host => SYMMWIN_MEMORY_HOST,
-            Memory::Device => SYMMWIN_MEMORY_DEVICE,
+            MessageMemory::Host => SYMMWIN_MEMORY_HOST,
+            MessageMemory::Device => SYMMWIN_MEMORY_DEVICE,
         };
         let mut works = vec![std::ptr::null_mut::<c_void>(); msgs.len()];
         let result = reported(|error| {

@@ -133,8 +133,8 @@ pub(crate) struct CallbackStore {
 
 impl CallbackStore {
     pub(crate) fn new(store: SymmwinStore) -> Self {
-        // SAFETY: a non-null `describe` is a NUL-terminated string valid for this call.
         let describe = (!store.describe.is_null()).then(|| {
+            // SAFETY: a non-null `describe` is a NUL-terminated string valid for this call.
             unsafe { CStr::from_ptr(store.describe) }
                 .to_string_lossy()
                 .into_owned()
@@ -222,7 +222,7 @@ impl Store for CallbackStore {
     ) -> symmwin::Result<Vec<Option<Vec<u8>>>> {
         let cb = self.callbacks()?;
         let Some(f) = cb.0.wait_all else {
-            return symmwin::store::poll_all(self, keys, timeout);
+            return symmwin::testing::poll_all(self, keys, timeout);
         };
         let owned = keys
             .iter()

@@ -245,7 +245,7 @@ fn bad_ranks_and_worlds_are_refused() {
         );
     }
     let store = store_over(None, &RELEASED, 8);
-    let too_many = c_int::try_from(symmwin::group::MAX_WORLD + 1).unwrap();
+    let too_many = c_int::try_from(symmwin::MAX_WORLD + 1).unwrap();
     // SAFETY: as above.
     let status = unsafe { symmwin_group_init(name.as_ptr(), -1, 0, too_many, null(), 0, store) };
     assert_eq!(status, SymmwinInvalidArgument);

@@ -46,7 +46,7 @@ impl StoreDir {
         let dir = root.join(format!(
             "{STORE_PREFIX}{}-{:x}",
             std::process::id(),
-            symmwin::token::random_u64()
+            symmwin::testing::random_u64()
         ));
         symmwin::FileStore::new(&dir).map_err(Failure::setup)?;
         Ok(StoreDir(dir))

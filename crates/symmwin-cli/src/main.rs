@@ -1,5 +1,6 @@
 //! The `symmwin` command: probe devices, run the verified all-to-all demo, benchmark
 //! rendezvous. Thin wiring over the `symmwin` library.
+#![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -76,7 +77,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = symmwin::logging::init(Some("warn")) {
+    if let Err(e) = symmwin::init_logging(Some("warn")) {
         eprintln!("{}", Failure::setup(e));
         return ExitCode::from(failure::EXIT_SETUP);
     }

@@ -2,14 +2,14 @@
 
 use std::process::ExitCode;
 
-use symmwin::provider::cuda::{DeviceReport, FabricDomainProbe, HandleSupport};
+use symmwin::{DeviceReport, FabricDomainProbe, HandleSupport};
 
 pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
     if json {
-        println!("{}", symmwin::probe::machine_json());
+        println!("{}", symmwin::probe_machine_json());
         return Ok(ExitCode::SUCCESS);
     }
-    let report = symmwin::probe::machine();
+    let report = symmwin::probe_machine();
     println!(
         "host memory: memfd, granularity {}",
         crate::human_size(report.host_granularity)

@@ -2,7 +2,7 @@
 //! and the memory provider. A rank never has to discover either on its own.
 
 use std::time::Duration;
-use symmwin::provider::cuda::CudaProvider;
+use symmwin::CudaProvider;
 
 use symmwin::Config;
 
@@ -57,11 +57,11 @@ pub fn check(requested: ProviderChoice) -> Result<Resolved, Failure> {
 }
 
 fn cuda_devices() -> i32 {
-    symmwin::provider::cuda::device_count().unwrap_or(0)
+    symmwin::cuda_device_count().unwrap_or(0)
 }
 
 fn probe_cuda(config: &Config) -> symmwin::Result<()> {
-    let devices = symmwin::provider::cuda::device_count()?;
+    let devices = symmwin::cuda_device_count()?;
     if devices == 0 {
         return Err(symmwin::Error::new(
             symmwin::Phase::Probe,

@@ -121,7 +121,7 @@ pub fn make_provider(
     rank: usize,
     config: &Config,
 ) -> symmwin::Result<Arc<dyn Provider>> {
-    let cuda_devices = || symmwin::provider::cuda::device_count().unwrap_or(0);
+    let cuda_devices = || symmwin::cuda_device_count().unwrap_or(0);
     let host = -1;
     match choice {
         ProviderChoice::Host => symmwin::provider_for_device(host, config.handle),
@@ -129,7 +129,7 @@ pub fn make_provider(
             symmwin::provider_for_device(host, config.handle)
         }
         ProviderChoice::Auto | ProviderChoice::Cuda => {
-            let n = symmwin::provider::cuda::device_count()?;
+            let n = symmwin::cuda_device_count()?;
             if n == 0 {
                 return Err(symmwin::Error::new(
                     symmwin::Phase::Probe,
@@ -297,8 +297,7 @@ fn bench_rendezvous(
             let t0 = Instant::now();
             let alloc = Allocation::new(provider.clone(), size)?;
             let create_us = t0.elapsed().as_secs_f64() * 1e6;
-            let (window, phases) =
-                group.rendezvous_timed(&alloc, symmwin::signal::DEFAULT_PAD_SIZE)?;
+            let (window, phases) = group.rendezvous_timed(&alloc, symmwin::DEFAULT_PAD_SIZE)?;
             let total_us = t0.elapsed().as_secs_f64() * 1e6;
             let store_ops = group.store_ops() - traffic.0;
             let messages = group.exchange_counts().sent - traffic.1;

@@ -1,6 +1,8 @@
 //! The `symmwin` command as a user runs it: exit codes, messages, tables, JSON, and
 //! the supervisor's promise that no rank and no store outlives a run.
 
+mod processes;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -184,24 +186,6 @@ fn json_output_carries_version_world_size_and_rounded_numbers() {
     }
 }
 
-/// Pids of the running children of `parent` (from /proc).
-fn children(parent: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // pid (comm) state ppid ...: the comm may hold spaces, so split after ')'.
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            fields.get(1) == Some(&parent.to_string().as_str()) && fields.first() != Some(&"Z")
-        })
-        .collect()
-}
-
 fn alive(pid: u32) -> bool {
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     !state.is_empty()
@@ -247,7 +231,7 @@ fn long_demo(world: usize) -> (Child, Vec<u32>) {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let ranks = children(demo.id());
+        let ranks = processes::children(demo.id());
         if ranks.len() == world && !stores_of(demo.id()).is_empty() {
             std::thread::sleep(Duration::from_millis(300)); // past the first rendezvous
             return (demo, ranks);
@@ -426,7 +410,7 @@ fn a_run_beyond_the_open_file_limit_is_refused_before_any_rank() {
         "{err}"
     );
     assert!(err.contains("(no rank was started)"), "{err}");
-    assert!(children(demo.id()).is_empty());
+    assert!(processes::children(demo.id()).is_empty());
     assert!(stores_of(demo.id()).is_empty());
 }
 

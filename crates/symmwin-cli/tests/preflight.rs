@@ -2,30 +2,10 @@
 //! its own test binary: it makes this process a child subreaper, so any rank the
 //! command did fork would be handed to it (and counted) when the command exits.
 
+mod processes;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Children of this process that are left (or were handed to it): 0 when none.
-fn leftover_children() -> usize {
-    let mut count = 0;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with WNOHANG writes the status into our own integer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        match pid {
-            -1 => return count, // ECHILD: no children at all
-            0 => {
-                // A live child: it was forked, and dies with its supervisor soon.
-                count += 1;
-                std::thread::sleep(Duration::from_millis(50));
-                if count > 100 {
-                    return count;
-                }
-            }
-            _ => count += 1,
-        }
-    }
-}
 
 #[test]
 fn a_world_of_a_million_is_refused_without_forking_a_rank() {
@@ -54,5 +34,9 @@ fn a_world_of_a_million_is_refused_without_forking_a_rank() {
     assert!(err.trim_end().ends_with("(no rank was started)"), "{err}");
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(leftover_children(), 0, "the command forked ranks");
+    assert_eq!(
+        processes::leftover_children(),
+        0,
+        "the command forked ranks"
+    );
 }

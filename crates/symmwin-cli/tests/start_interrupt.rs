@@ -2,46 +2,10 @@
 //! rank it started. Alone in its own test binary: it makes this process a child
 //! subreaper, so a rank the demo left unreaped is handed to it (and counted).
 
+mod processes;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Running children of `parent` (from /proc).
-fn children(parent: u32) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned));
-            ppid.as_deref() == Some(parent.to_string().as_str())
-        })
-        .count()
-}
-
-/// Children of this process that are left (or were handed to it): 0 when none.
-fn leftover_children() -> usize {
-    let mut count = 0;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with WNOHANG writes the status into our own integer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        match pid {
-            -1 => return count, // ECHILD: no children at all
-            0 => {
-                // A live child: an orphaned rank, which dies with its supervisor soon.
-                count += 1;
-                std::thread::sleep(Duration::from_millis(50));
-                if count > 100 {
-                    return count;
-                }
-            }
-            _ => count += 1,
-        }
-    }
-}
 
 #[test]
 fn sigterm_while_ranks_start_stops_the_start_and_reaps_the_ranks_started() {
@@ -62,7 +26,7 @@ fn sigterm_while_ranks_start_stops_the_start_and_reaps_the_ranks_started() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let started = loop {
-        let n = children(demo.id());
+        let n = processes::children(demo.id()).len();
         if n >= 10 {
             break n;
         }
@@ -93,5 +57,5 @@ fn sigterm_while_ranks_start_stops_the_start_and_reaps_the_ranks_started() {
     assert_eq!(status.code(), Some(143), "{err}");
     assert!(took < Duration::from_millis(1500), "took {took:?}: {err}");
     assert!(err.contains("interrupted by signal 15"), "{err}");
-    assert_eq!(leftover_children(), 0, "ranks left unreaped");
+    assert_eq!(processes::leftover_children(), 0, "ranks left unreaped");
 }

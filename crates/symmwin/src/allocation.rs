@@ -5,10 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::export_ahead::ExportAhead;
-use crate::group::GroupShared;
 use crate::layout::round_up;
 use crate::provider::{Memory, Provider, SharedHandle, Span};
-use crate::window_cache::{self, Parked, WindowSpan};
+use crate::window_cache::{self, GroupKey, Parked, WindowSpan};
 
 /// Physical memory plus this process's own mapping of it. Cheap to clone.
 ///
@@ -138,7 +137,7 @@ impl Allocation {
 
     /// The rendezvous number of the released window of `group` this allocation can
     /// take over whole, if any.
-    pub(crate) fn reuse_offer(&self, group: &Arc<GroupShared>) -> Option<u64> {
+    pub(crate) fn reuse_offer(&self, group: GroupKey) -> Option<u64> {
         lock(&self.inner.reuse)
             .as_ref()
             .filter(|w| w.of(group) && self.inner.windows.load(Ordering::SeqCst) == 0)

@@ -147,6 +147,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
 pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The `SYMMWIN_LOG` filter `spec` stands for, or why it is none ("is not a log filter (...)").
+pub(crate) fn log_filter(spec: &str) -> std::result::Result<tracing_subscriber::EnvFilter, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(spec)
+        .map_err(|e| format!("is not a log filter ({e})"))
+}
+
 /// `NAME="value" <why>; allowed: <what the table allows>`.
 pub(crate) fn refusal(name: &str, value: &str, why: &str) -> String {
     let allowed = SETTINGS
@@ -319,10 +326,10 @@ impl Config {
             .parse("SYMMWIN_SOCKET_DIR", directory)
             .unwrap_or_else(|| default_socket_dir(lookup));
         vars.parse("SYMMWIN_STORE_DIR", directory);
-        vars.parse("SYMMWIN_LOG", |v| crate::logging::parse(v).map(drop));
+        vars.parse("SYMMWIN_LOG", |v| log_filter(v).map(drop));
         let host_id = vars.parse("SYMMWIN_HOST_ID", host_id);
         vars.parse("SYMMWIN_OPS_ENGINE", |v| {
-            v.parse::<crate::ops::Engine>()
+            v.parse::<crate::engine::Engine>()
                 .map_err(|_| "is not an engine".to_owned())
         });
         let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);

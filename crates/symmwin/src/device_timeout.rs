@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::Seconds;
+use crate::text::Seconds;
 
 /// A device-side wait that ran past its limit; the kernel trapped afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]

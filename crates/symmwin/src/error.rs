@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::text::Seconds;
+
 /// The step of the protocol during which an error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -96,8 +98,8 @@ pub enum ErrorKind {
         /// How long this rank waited.
         waited: Duration,
     },
-    /// A local peer's process ended while this rank waited for it (see
-    /// [`crate::peer_watch`]).
+    /// A local peer's process ended while this rank waited for it (its watched pid
+    /// exited).
     #[error("rank {rank} (pid {pid}) {how} while this rank waited for it")]
     PeerExited {
         /// The peer's rank in the group.
@@ -154,7 +156,7 @@ pub enum ErrorKind {
         /// What happened there.
         why: String,
     },
-    /// The caller interrupted the wait ([`crate::interrupt`]; from Python, Ctrl-C).
+    /// The caller interrupted the wait ([`crate::request_interrupt`], [`crate::set_interrupt_check`]; from Python, Ctrl-C).
     #[error("interrupted while waiting")]
     Interrupted,
     /// A bug inside symmwin: state it guards was left inconsistent (a lock poisoned by
@@ -208,21 +210,6 @@ impl GroupLabel {
             out.push(format!("... {} more", group_ranks.len() - listed));
         }
         format!("[{}]", out.join(", "))
-    }
-}
-
-/// A duration as people read it in an error: `2.0 s`, `0.25 s`.
-pub struct Seconds(pub Duration);
-
-impl fmt::Display for Seconds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.0.as_secs_f64();
-        // 0.999 s (a wait that ends a hair before its deadline) reads as 1.0 s.
-        if s >= 0.995 || s == 0.0 {
-            write!(f, "{s:.1} s")
-        } else {
-            write!(f, "{s:.2} s")
-        }
     }
 }
 

@@ -86,6 +86,8 @@ impl GroupSpec {
 pub(crate) struct GroupShared {
     pub(crate) name: String,
     pub(crate) id: u64,
+    /// This group object's key in the window cache.
+    pub(crate) cache_key: crate::window_cache::GroupKey,
     pub(crate) rank: usize,
     pub(crate) world: usize,
     pub(crate) global_ranks: Vec<i32>,
@@ -130,7 +132,7 @@ impl GroupShared {
 impl Drop for GroupShared {
     /// Windows of this group parked in the window cache can never be released now.
     fn drop(&mut self) {
-        crate::window_cache::forget_group(self);
+        crate::window_cache::forget_group(self.cache_key);
     }
 }
 
@@ -226,7 +228,7 @@ impl Group {
             spec.name,
             spec.rank,
             spec.world,
-            crate::error::Seconds(config.timeout)
+            crate::text::Seconds(config.timeout)
         );
         let locality = Locality::here(
             config.host_id.as_deref(),
@@ -241,6 +243,7 @@ impl Group {
                 namespace: Namespace::new(&spec.name),
                 name: spec.name,
                 id,
+                cache_key: crate::window_cache::GroupKey::unique(),
                 rank: spec.rank,
                 world: spec.world,
                 global_ranks,

@@ -66,6 +66,11 @@ impl FlatLayout {
         Ok(self.base + rank * self.stride)
     }
 
+    /// Offset of rank `rank`'s slot from the start of the span.
+    pub fn offset_of(&self, rank: usize) -> Result<usize> {
+        Ok(self.slot(rank)? - self.base)
+    }
+
     /// Every slot start, in rank order.
     pub fn slots(&self) -> Vec<usize> {
         (0..self.world)
@@ -240,6 +245,53 @@ fn pad_error(what: String) -> Error {
     )
 }
 
+/// Where pad `slot` lies among pool windows that hold `per_pool` pads of `pad_size`
+/// bytes each: which pool, and the byte offset inside every rank's slot of that pool.
+pub(crate) fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
+    (slot / per_pool, (slot % per_pool) * pad_size)
+}
+
+/// The rows of a strided tile, as byte ranges from its first element: `rows` rows of
+/// `cols` elements of `elem_size` bytes, starting `row_stride` elements apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TileRows {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) row_stride: usize,
+    pub(crate) elem_size: usize,
+}
+
+impl TileRows {
+    /// Bytes of one row.
+    pub(crate) fn row_len(&self) -> usize {
+        self.cols * self.elem_size
+    }
+
+    /// Byte range of row `row`. The tile's extent ([`TileRows::extent_bytes`]) must
+    /// have been checked, so that nothing here overflows.
+    pub(crate) fn row(&self, row: usize) -> Range<usize> {
+        let start = row * self.row_stride * self.elem_size;
+        start..start + self.row_len()
+    }
+
+    /// Every row's byte range, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        (0..self.rows).map(|r| self.row(r))
+    }
+
+    /// Bytes from the first element to one past the last (0 for an empty tile), or
+    /// `None` when that overflows.
+    pub(crate) fn extent_bytes(&self) -> Option<usize> {
+        if self.rows == 0 || self.cols == 0 {
+            return Some(0);
+        }
+        (self.rows - 1)
+            .checked_mul(self.row_stride)?
+            .checked_add(self.cols)?
+            .checked_mul(self.elem_size)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,5 +404,44 @@ mod tests {
         let end = FlatLayout::new(usize::MAX - 8192, 4096, 2).unwrap();
         assert!(PadLayout::new(end, 4096, 0).is_ok());
         assert!(PadLayout::new(end, 4097 + 4096, 0).is_err());
+    }
+
+    #[test]
+    fn a_slot_offset_is_rank_times_stride_inside_the_world() {
+        let l = FlatLayout::new(0x1000, 256, 4).unwrap();
+        assert_eq!(l.offset_of(0).unwrap(), 0);
+        assert_eq!(l.offset_of(3).unwrap(), 768);
+        assert_eq!(l.slot(3).unwrap(), 0x1000 + l.offset_of(3).unwrap());
+        assert!(l.offset_of(4).is_err());
+    }
+
+    #[test]
+    fn pads_fill_one_pool_before_the_next() {
+        assert_eq!(pad_place(0, 4, 64), (0, 0));
+        assert_eq!(pad_place(3, 4, 64), (0, 192));
+        assert_eq!(pad_place(4, 4, 64), (1, 0));
+        assert_eq!(pad_place(9, 4, 64), (2, 64));
+    }
+
+    #[test]
+    fn tile_rows_are_strided_byte_ranges() {
+        let t = TileRows {
+            rows: 3,
+            cols: 2,
+            row_stride: 5,
+            elem_size: 4,
+        };
+        assert_eq!(t.row_len(), 8);
+        assert_eq!(t.iter().collect::<Vec<_>>(), vec![0..8, 20..28, 40..48]);
+        assert_eq!(t.extent_bytes(), Some(48));
+        let empty = TileRows { rows: 0, ..t };
+        assert_eq!(empty.extent_bytes(), Some(0));
+        assert_eq!(empty.iter().count(), 0);
+        let huge = TileRows {
+            rows: 2,
+            row_stride: usize::MAX,
+            ..t
+        };
+        assert_eq!(huge.extent_bytes(), None);
     }
 }

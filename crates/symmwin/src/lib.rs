@@ -27,56 +27,87 @@
 //! # Ok(())
 //! # }
 //! ```
-#![warn(missing_docs)]
+//!
+//! Every public type, trait, function and constant has one path: the crate root. The
+//! modules are private; their layers are drawn in docs/design.md and checked by
+//! `tests/layers.rs`.
+#![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod allocation;
-pub mod config;
-pub mod debug_free;
+mod allocation;
+mod config;
+mod debug_free;
 mod device_provider;
-pub mod device_timeout;
-pub mod error;
-pub(crate) mod exchange;
+mod device_timeout;
+mod engine;
+mod error;
+mod exchange;
 mod export_ahead;
-pub mod group;
-pub mod interrupt;
-pub mod layout;
+mod group;
+mod interrupt;
+mod layout;
 mod limits;
-pub mod logging;
-pub mod ops;
-pub mod peer_watch;
+mod logging;
+mod ops;
+mod peer_watch;
 mod private_dir;
-pub mod probe;
+mod probe;
 mod protocol;
-pub mod provider;
-pub mod registry;
-pub(crate) mod rendezvous;
-pub mod signal;
-pub mod store;
+mod provider;
+mod registry;
+mod rendezvous;
+mod signal;
+mod store;
 #[doc(hidden)]
 pub mod testing;
 mod text;
-pub mod token;
+mod token;
 mod waiting;
-pub mod window;
-pub(crate) mod window_cache;
+mod window;
+mod window_cache;
 
 pub use allocation::Allocation;
-pub use config::{Config, HandlePreference};
+pub use config::{
+    Config, HandlePreference, Setting, DEFAULT_DEVICE_TIMEOUT, DEFAULT_TIMEOUT, SETTINGS,
+};
 pub use device_provider::provider_for_device;
 pub use device_timeout::DeviceTimeout;
+pub use engine::{Engine, ENGINE_ENV};
 pub use error::{Error, ErrorKind, Phase, Result};
 pub use exchange::{remove_own_sockets, ExchangeCounts};
-pub use group::{Group, GroupSpec};
-pub use layout::FlatLayout;
-pub use ops::{Engine, OpOptions, Operand};
+pub use group::{Group, GroupSpec, MAX_WORLD};
+pub use interrupt::{
+    clear as clear_interrupt, request as request_interrupt, requested as interrupt_requested,
+    set_check as set_interrupt_check,
+};
+pub use layout::{FlatLayout, PadLayout};
+pub use logging::{init as init_logging, requested as logging_requested};
+pub use ops::collective::{
+    all_to_all, all_to_all_v, broadcast, put_or_get, put_signal, put_with_signal, tile_reduce,
+    wait_for_signal, wait_for_signal_at, wait_signal,
+};
+pub use ops::plan::Shape;
+pub use ops::{ElemType, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
+pub use peer_watch::PeerSet;
+pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
+pub use provider::cuda::{
+    check_context as check_cuda_context, device_count as cuda_device_count, peer_access,
+    probe_device, read_fabric_domain, CudaProvider, CudaSignals, DeviceReport, FabricDomainProbe,
+    HandleSupport, NoFabricDomain, NvmlStatus,
+};
 pub use provider::host::HostProvider;
-pub use provider::{HandleType, Provider, ProviderInfo, ProviderKind};
+pub use provider::{
+    FabricDomain, HandleType, Memory, PadSignal, Provider, ProviderInfo, ProviderKind,
+    SharedHandle, SignalAt, Signals, Span, StreamHandle, Table,
+};
 pub use registry::Registry;
-pub use rendezvous::locality::FabricDomain;
 pub use rendezvous::PhaseTimes;
-pub use signal::{SignalOptions, Stream};
+pub use signal::process_group::{
+    LinkFailure, Message, MessageMemory, ProcessGroupLink, ProcessGroupPeers,
+};
+pub use signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
+pub use signal::{SignalOptions, Stream, DEFAULT_PAD_SIZE};
 pub use store::{FileStore, MemoryStore, Store};
 pub use window::Window;
 

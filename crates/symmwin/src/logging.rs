@@ -11,6 +11,7 @@
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 
+use crate::config::{log_filter as parse, refusal};
 use crate::error::{Error, Result};
 
 /// Install the `SYMMWIN_LOG` subscriber, or `fallback` when the variable is unset
@@ -26,8 +27,7 @@ pub fn init(fallback: Option<&str>) -> Result<()> {
                     None => return Ok(()),
                 },
             };
-            let filter =
-                parse(&spec).map_err(|why| crate::config::refusal("SYMMWIN_LOG", &spec, &why))?;
+            let filter = parse(&spec).map_err(|why| refusal("SYMMWIN_LOG", &spec, &why))?;
             // A host program may have installed its own subscriber: keep it.
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter)
@@ -43,13 +43,6 @@ pub fn init(fallback: Option<&str>) -> Result<()> {
 /// True when `SYMMWIN_LOG` asks for logs.
 pub fn requested() -> bool {
     std::env::var_os("SYMMWIN_LOG").is_some_and(|v| !v.is_empty())
-}
-
-/// The filter `spec` stands for, or why it is none ("is not a log filter (...)").
-pub(crate) fn parse(spec: &str) -> std::result::Result<tracing_subscriber::EnvFilter, String> {
-    tracing_subscriber::EnvFilter::builder()
-        .parse(spec)
-        .map_err(|e| format!("is not a log filter ({e})"))
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ impl Drop for Watched {
 }
 
 /// A group's peers as the waits name them: a handle (cheap to copy into every wait) to
-/// the pid of each rank that is watched, registered by [`register`].
+/// the pid of each rank that is watched, registered by `register`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PeerSet(u64);
 

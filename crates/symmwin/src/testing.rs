@@ -6,9 +6,18 @@
 
 pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
 pub use crate::exchange::{Endpoint, PeerAddress, Round};
+pub use crate::ops::plan;
 pub use crate::protocol::PROTOCOL_VERSION;
+pub use crate::provider::host::page_size;
 pub use crate::rendezvous::locality::{DirIdentity, Locality};
 pub use crate::rendezvous::request::{validate, Request};
+pub use crate::store::{poll_all, Namespace};
+pub use crate::token::{random_u64, stable_id, Token};
+
+/// The secret bytes of `token`, for tests that forge a message carrying it.
+pub fn token_bytes(token: &Token) -> [u8; 16] {
+    token.bytes()
+}
 
 /// The process-wide cache of released windows, for tests that count mappings.
 pub mod window_cache {

@@ -1,6 +1,10 @@
 //! Bounded text for error messages: what a peer supplied (host names, paths, group
 //! names) is clipped, and long rank lists are summarised, so an error stays readable
-//! and small whatever the peers sent or however large the world is.
+//! and small whatever the peers sent or however large the world is; durations read as
+//! [`Seconds`].
+
+use std::fmt;
+use std::time::Duration;
 
 /// Longest peer-supplied string echoed in full, in bytes.
 pub const MAX_ECHO: usize = 200;
@@ -61,6 +65,21 @@ pub fn ranks(list: &[usize]) -> String {
         head.join(", "),
         list.len() - MAX_RANKS_LISTED
     )
+}
+
+/// A duration as people read it in an error: `2.0 s`, `0.25 s`.
+pub struct Seconds(pub Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs_f64();
+        // 0.999 s (a wait that ends a hair before its deadline) reads as 1.0 s.
+        if s >= 0.995 || s == 0.0 {
+            write!(f, "{s:.1} s")
+        } else {
+            write!(f, "{s:.2} s")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// A random 128-bit secret that a peer must echo to have a message accepted.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Token(pub [u8; 16]);
+pub struct Token([u8; 16]);
 
 impl Token {
     /// A fresh token from the OS random source.
@@ -36,6 +36,11 @@ impl Token {
             *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
         }
         Some(Token(bytes))
+    }
+
+    /// The secret's bytes, for the wire (never for a log).
+    pub(crate) fn bytes(&self) -> [u8; 16] {
+        self.0
     }
 
     /// Constant-time comparison, so timing does not reveal how much of a guess matched.

@@ -42,7 +42,7 @@ impl Drop for WindowInner {
     fn drop(&mut self) {
         if let (Some((alloc, seq)), Some(span)) = (self.origin.take(), self.span.take()) {
             alloc.window_gone(WindowSpan {
-                group: Arc::downgrade(&self.group),
+                group: self.group.cache_key,
                 seq,
                 span,
                 layout: self.layout,

@@ -40,9 +40,9 @@
 //! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::provider::{Memory, Provider, Span};
 
@@ -57,7 +57,7 @@ const MAX_PARKED_BYTES: usize = 4 << 30;
 
 /// A window of `group`'s rendezvous number `seq`, every rank's slot mapped.
 pub(crate) struct WindowSpan {
-    pub(crate) group: Weak<GroupShared>,
+    pub(crate) group: GroupKey,
     pub(crate) seq: u64,
     pub(crate) span: Box<dyn Span>,
     pub(crate) layout: FlatLayout,
@@ -65,8 +65,21 @@ pub(crate) struct WindowSpan {
 
 impl WindowSpan {
     /// Whether this is a window of `group`.
-    pub(crate) fn of(&self, group: &Arc<GroupShared>) -> bool {
-        std::ptr::eq(self.group.as_ptr(), Arc::as_ptr(group))
+    pub(crate) fn of(&self, group: GroupKey) -> bool {
+        self.group == group
+    }
+}
+
+/// Which group object a window belongs to: a number no other group object of this
+/// process has, so the cache needs nothing of the group but its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GroupKey(u64);
+
+impl GroupKey {
+    /// A key no group object of this process had before.
+    pub(crate) fn unique() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        GroupKey(NEXT.fetch_add(1, Ordering::Relaxed))
     }
 }
 
@@ -134,10 +147,10 @@ pub(crate) fn park(entry: Parked) {
         return drop(entry);
     }
     with_cache(|cache| {
-        let group = entry.window.group.clone();
+        let group = entry.window.group;
         cache.parked.push_back(entry);
         let mut evicted = Vec::new();
-        let in_group = |p: &Parked| std::ptr::eq(p.window.group.as_ptr(), group.as_ptr());
+        let in_group = |p: &Parked| p.window.of(group);
         while cache.parked.iter().filter(|p| in_group(p)).count() > MAX_FREED {
             if let Some(i) = cache.parked.iter().position(in_group) {
                 evicted.extend(cache.parked.remove(i));
@@ -155,12 +168,10 @@ pub(crate) fn park(entry: Parked) {
 
 /// A group is gone: its parked windows can never be released, so they are freed
 /// (here and now: a group's teardown is not on any rendezvous's path).
-pub(crate) fn forget_group(group: *const GroupShared) {
+pub(crate) fn forget_group(group: GroupKey) {
     let gone: Vec<Parked> = locked(|cache| {
-        let (gone, kept): (Vec<Parked>, Vec<Parked>) = cache
-            .parked
-            .drain(..)
-            .partition(|p| std::ptr::eq(p.window.group.as_ptr(), group));
+        let (gone, kept): (Vec<Parked>, Vec<Parked>) =
+            cache.parked.drain(..).partition(|p| p.window.of(group));
         cache.parked = kept.into();
         gone
     });
@@ -169,7 +180,7 @@ pub(crate) fn forget_group(group: *const GroupShared) {
 }
 
 /// Rendezvous numbers of `group`'s windows parked here, oldest first.
-pub(crate) fn parked_in(group: &Arc<GroupShared>) -> Vec<u64> {
+pub(crate) fn parked_in(group: GroupKey) -> Vec<u64> {
     with_cache(|cache| {
         let seqs = cache
             .parked
@@ -184,7 +195,7 @@ pub(crate) fn parked_in(group: &Arc<GroupShared>) -> Vec<u64> {
 /// `group`'s windows `seqs` are freed on every rank: make them available once our
 /// memory in them is zeroed again, which happens on the worker thread, off the
 /// rendezvous's path (nobody writes a window freed on every rank).
-pub(crate) fn release(group: &Arc<GroupShared>, seqs: &[u64]) {
+pub(crate) fn release(group: GroupKey, seqs: &[u64]) {
     if seqs.is_empty() {
         return;
     }

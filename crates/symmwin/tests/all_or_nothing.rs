@@ -11,8 +11,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use symmwin::provider::host::page_size;
-use symmwin::store::Namespace;
+use symmwin::testing::page_size;
+use symmwin::testing::Namespace;
 use symmwin::testing::{nonzero_bytes, Endpoint, FABRIC_LEN};
 use symmwin::{
     Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store,
@@ -262,7 +262,7 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
                 .unwrap();
             let memory = provider.create(4096).unwrap();
             let handle = memory.export().unwrap();
-            let symmwin::provider::SharedHandle::Fd(fd) = &handle else {
+            let symmwin::SharedHandle::Fd(fd) = &handle else {
                 panic!("host memory travels as an fd");
             };
             let mut buf = [0u8; FABRIC_LEN];
@@ -302,7 +302,7 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
 
 use std::os::fd::AsFd;
 
-/// `symmwin::interrupt::request` ends a rendezvous waiting for an absent peer within
+/// `symmwin::request_interrupt` ends a rendezvous waiting for an absent peer within
 /// 100 ms, as `Interrupted`; the group is then out of step, and `clear` lets later
 /// waits run.
 #[test]
@@ -322,13 +322,13 @@ fn an_interrupt_ends_a_wait_within_100_ms_and_leaves_the_group_out_of_step() {
     let alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let requested = std::thread::spawn(|| {
         std::thread::sleep(Duration::from_millis(300));
-        symmwin::interrupt::request();
+        symmwin::request_interrupt();
         Instant::now()
     });
     let err = lonely.rendezvous(&alloc).unwrap_err();
     let ended = Instant::now();
     let at = requested.join().unwrap();
-    symmwin::interrupt::clear();
+    symmwin::clear_interrupt();
     assert!(matches!(err.kind(), ErrorKind::Interrupted), "{err}");
     assert!(
         ended - at < Duration::from_millis(100),

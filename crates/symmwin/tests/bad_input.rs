@@ -17,19 +17,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{mappings, open_fds, result, Job};
-use symmwin::ops::collective::{self, Operand};
-use symmwin::ops::plan::Shape;
-use symmwin::ops::{ElemType, OpOptions, ReduceOp, Rows, Tile};
-use symmwin::provider::SharedHandle;
-use symmwin::store::Namespace;
 use symmwin::testing::Endpoint;
+use symmwin::testing::Namespace;
 use symmwin::testing::Request;
 use symmwin::testing::FABRIC_LEN;
+use symmwin::Operand;
+use symmwin::Shape;
+use symmwin::SharedHandle;
 use symmwin::SignalOptions;
 use symmwin::{
     Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry, Store,
     Window,
 };
+use symmwin::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 
 common::worker! {
     "table" => |_, _| table(),
@@ -669,7 +669,7 @@ const CASES: &[Case] = &[
         |c| {
             let w = &c.pair.windows[0];
             let (input, out) = (Operand::new(w, 0, 36), Operand::new(w, 2048, 36));
-            err(collective::all_to_all(input, out, 4, &OpOptions::default()))
+            err(symmwin::all_to_all(input, out, 4, &OpOptions::default()))
         },
         &["all_to_all: 9 elements do not split evenly among the 2 ranks"],
     ),
@@ -694,7 +694,7 @@ const CASES: &[Case] = &[
                 in_rows: 4,
                 out_rows: 4,
             };
-            err(collective::all_to_all_v(
+            err(symmwin::all_to_all_v(
                 Shape::Flat,
                 Operand::new(w, 0, 64),
                 Operand::new(w, 128, 64),
@@ -729,29 +729,29 @@ fn ranks_beyond_32_bits(c: &Ctx) -> String {
     let mut lines = vec![
         format!(
             "broadcast: {:?}",
-            kind(collective::broadcast(buf, root, &opts))
+            kind(symmwin::broadcast(buf, root, &opts))
         ),
         format!(
             "put: {:?}",
-            kind(collective::put_or_get(buf, peer, true, &opts))
+            kind(symmwin::put_or_get(buf, peer, true, &opts))
         ),
         format!(
             "get: {:?}",
-            kind(collective::put_or_get(buf, -1i64, false, &opts))
+            kind(symmwin::put_or_get(buf, -1i64, false, &opts))
         ),
         format!(
             "wait_signal: {:?}",
-            kind(collective::wait_signal(w, peer, &opts))
+            kind(symmwin::wait_signal(w, peer, &opts))
         ),
     ];
     let sig = Operand::new(w, 64, 8);
-    let put_with_signal = collective::put_with_signal(buf, sig, 1, peer, &opts);
+    let put_with_signal = symmwin::put_with_signal(buf, sig, 1, peer, &opts);
     lines.push(format!("put_with_signal: {:?}", kind(put_with_signal)));
     // SAFETY (test): `src` is 64 readable bytes of host memory for the call.
-    let put_signal = unsafe { collective::put_signal(src.as_ptr() as usize, 64, buf, peer, &opts) };
+    let put_signal = unsafe { symmwin::put_signal(src.as_ptr() as usize, 64, buf, peer, &opts) };
     lines.push(format!("put_signal: {:?}", kind(put_signal)));
     let ins = [Operand::new(w, 0, 64)];
-    let reduce = collective::tile_reduce(
+    let reduce = symmwin::tile_reduce(
         &ins,
         &[root],
         Operand::new(w, 128, 64),
@@ -764,7 +764,7 @@ fn ranks_beyond_32_bits(c: &Ctx) -> String {
     let g = group(c, Arc::new(MemoryStore::new()), "wait-by-address", 0, 2);
     let word = src.as_ptr() as usize;
     // SAFETY (test): the peer is refused before the word is looked at.
-    let wait = unsafe { collective::wait_for_signal_at(&registry, &g, word, 1, peer + 1, &opts) };
+    let wait = unsafe { symmwin::wait_for_signal_at(&registry, &g, word, 1, peer + 1, &opts) };
     lines.push(format!("wait_for_signal: {:?}", kind(wait)));
     lines.join("\n")
 }
@@ -785,21 +785,21 @@ fn aliased_operands(w: &Window) -> String {
         elem: ElemType::F32,
     };
     let vdev = |out: Operand, so: Operand| {
-        collective::all_to_all_v(Shape::Flat, at(0, 64), out, at(1024, 16), so, rows, &opts)
+        symmwin::all_to_all_v(Shape::Flat, at(0, 64), out, at(1024, 16), so, rows, &opts)
     };
     [
-        err(collective::all_to_all(at(0, 64), at(0, 64), 4, &opts)),
-        err(collective::all_to_all(at(0, 64), at(32, 64), 4, &opts)),
+        err(symmwin::all_to_all(at(0, 64), at(0, 64), 4, &opts)),
+        err(symmwin::all_to_all(at(0, 64), at(32, 64), 4, &opts)),
         err(vdev(at(0, 96), at(2048, 32))),
         err(vdev(at(256, 96), at(1024, 32))),
-        err(collective::put_with_signal(
+        err(symmwin::put_with_signal(
             at(0, 64),
             at(56, 8),
             1,
             1usize,
             &opts,
         )),
-        err(collective::tile_reduce(
+        err(symmwin::tile_reduce(
             &[at(0, 64)],
             &[0usize],
             at(0, 64),
@@ -900,7 +900,7 @@ fn asymmetric(c: &Ctx) -> String {
     })
 }
 
-fn export(memory: Box<dyn symmwin::provider::Memory>) -> SharedHandle {
+fn export(memory: Box<dyn symmwin::Memory>) -> SharedHandle {
     memory.export().unwrap()
 }
 
@@ -919,7 +919,7 @@ fn open_socket(c: &Ctx) -> PathBuf {
     let dir = c.scratch.join("open-sockets");
     let _ = std::fs::create_dir(&dir);
     set_mode(&dir, 0o755);
-    let path = dir.join(format!("{:x}.sock", symmwin::token::random_u64()));
+    let path = dir.join(format!("{:x}.sock", symmwin::testing::random_u64()));
     // Bound and dropped: the file stays, and the check refuses it before any send.
     let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     drop(sock);
@@ -942,7 +942,7 @@ fn env_case(var: &str, value: &str) -> String {
 fn socket_dir_case(c: &Ctx, prepare: impl FnOnce(PathBuf) -> PathBuf) -> String {
     let fresh = c
         .scratch
-        .join(format!("sockdir-{:x}", symmwin::token::random_u64()));
+        .join(format!("sockdir-{:x}", symmwin::testing::random_u64()));
     let dir = prepare(fresh);
     let mut config = c.config.clone();
     config.socket_dir = dir;

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::quoted::assert_quoted;
 use common::Job;
 use symmwin::Allocation;
 
@@ -17,7 +18,7 @@ common::worker! {
 /// One rendezvous of a two-rank group; reports which ranks the window maps and
 /// what it read from each mapped slot.
 fn pid_namespace_rank(rank: usize, world: usize) -> String {
-    symmwin::logging::init(Some("warn")).unwrap();
+    symmwin::init_logging(Some("warn")).unwrap();
     let (group, provider) = common::join_group("pidns", rank, world);
     let alloc = Allocation::new(provider, 4096).unwrap();
     // SAFETY: the allocation maps `size()` writable bytes at `ptr()` in this process.
@@ -142,42 +143,4 @@ fn ranks_in_other_pid_namespaces_are_other_hosts() {
             .unwrap();
         assert_quoted(warning);
     }
-}
-
-/// `message` with its run-to-run parts blurred: every word holding a path becomes
-/// `<path>`, every run of digits `0`.
-fn skeleton(message: &str) -> String {
-    let blur = |word: &str| {
-        if word.contains('/') {
-            return "<path>".to_owned();
-        }
-        let mut out = String::new();
-        for c in word.chars() {
-            if !(c.is_ascii_digit() && out.ends_with('0')) {
-                out.push(if c.is_ascii_digit() { '0' } else { c });
-            }
-        }
-        out
-    };
-    message
-        .split_whitespace()
-        .map(blur)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// docs/troubleshooting.md quotes `message` (from its `symmwin rank` on), up to the
-/// parts [`skeleton`] blurs.
-fn assert_quoted(message: &str) {
-    let page = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/troubleshooting.md"
-    ))
-    .unwrap();
-    let from_rank = |s: &str| s.find("symmwin rank").map(|i| skeleton(&s[i..]));
-    let wanted = from_rank(message).expect("a message naming its rank");
-    assert!(
-        page.lines().any(|l| from_rank(l).as_ref() == Some(&wanted)),
-        "docs/troubleshooting.md does not quote:\n{message}"
-    );
 }

@@ -12,14 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{result, Job, Rng};
-use symmwin::ops::collective::{self, OpOptions};
-use symmwin::ops::plan::{self, Shape};
-use symmwin::ops::{ElemType, ReduceOp, Rows, Tile};
-use symmwin::provider::cuda::{device_count, CudaProvider};
+use symmwin::testing::plan;
+use symmwin::OpOptions;
+use symmwin::Shape;
+use symmwin::{cuda_device_count as device_count, CudaProvider};
 use symmwin::{
     Allocation, Config, Engine, FileStore, Group, GroupSpec, HandlePreference, Operand, Provider,
     SignalOptions, Stream, Window,
 };
+use symmwin::{ElemType, ReduceOp, Rows, Tile};
 
 common::worker! {
     "var" => var_ops,
@@ -133,7 +134,7 @@ fn check_var(
         in_rows,
         out_rows,
     };
-    collective::all_to_all_v(
+    symmwin::all_to_all_v(
         shape,
         Operand::new(&input, 0, in_rows * row_bytes),
         Operand::new(&out, 0, out_rows * row_bytes),
@@ -223,7 +224,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
             let (_b, out) = window(&group, &provider, len);
             let send: Vec<u8> = (0..len).map(|i| (i * 3 + rank * 17) as u8).collect();
             input.write(rank, 0, &send).unwrap();
-            collective::all_to_all(
+            symmwin::all_to_all(
                 Operand::new(&input, 0, len),
                 Operand::new(&out, 0, len),
                 1,
@@ -243,7 +244,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
             }
             for root in 0..world {
                 input.write(rank, 0, &vec![rank as u8 + 1; len]).unwrap();
-                collective::broadcast(Operand::new(&input, 0, len), root, &opts).unwrap();
+                symmwin::broadcast(Operand::new(&input, 0, len), root, &opts).unwrap();
                 input.synchronize(Stream::DEFAULT).unwrap();
                 input.read(rank, 0, &mut got).unwrap();
                 if got.iter().any(|&b| b != root as u8 + 1) {
@@ -254,7 +255,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
                 out.write(rank, 0, &vec![rank as u8; len]).unwrap();
                 out.barrier(SignalOptions::default()).unwrap();
                 out.synchronize(Stream::DEFAULT).unwrap();
-                collective::put_or_get(Operand::new(&out, 0, len), peer, false, &opts).unwrap();
+                symmwin::put_or_get(Operand::new(&out, 0, len), peer, false, &opts).unwrap();
                 out.synchronize(Stream::DEFAULT).unwrap();
                 out.read(rank, 0, &mut got).unwrap();
                 if got.iter().any(|&b| b != peer as u8) {
@@ -302,7 +303,7 @@ fn tiles(rank: usize, world: usize) -> String {
             .map(|i| Operand::new(&input, i * bytes, bytes))
             .collect();
         let roots: Vec<usize> = (0..world).rev().collect();
-        collective::tile_reduce(
+        symmwin::tile_reduce(
             &ins,
             &roots,
             Operand::new(&out, 0, bytes),
@@ -370,8 +371,8 @@ fn tile_reduce_sums_exactly_at_every_root_at_world_2_4_8() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fabric_domain_is_read_from_nvml_on_every_device() {
-    use symmwin::provider::cuda::{read_fabric_domain, NoFabricDomain};
     use symmwin::HandleType;
+    use symmwin::{read_fabric_domain, NoFabricDomain};
     for device in 0..device_count().unwrap() {
         let read = read_fabric_domain(device);
         match &read {

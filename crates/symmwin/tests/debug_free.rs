@@ -16,7 +16,7 @@ common::worker! { "stale_write" => stale_write }
 /// pointer it kept into its peer's slot.
 fn stale_write(rank: usize, world: usize) -> String {
     let (group, provider) = common::join(rank, world);
-    let size = 3 * symmwin::provider::host::page_size();
+    let size = 3 * symmwin::testing::page_size();
     let alloc = Allocation::new(provider.clone(), size).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
     let stale = window.ptr(1 - rank).unwrap();

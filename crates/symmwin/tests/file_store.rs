@@ -1,18 +1,21 @@
 //! The file store as jobs meet it: group names as long as torch makes them, and a
 //! store on a filesystem that fills up.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::quoted::assert_quoted;
 use symmwin::{Allocation, Config, FileStore, Group, GroupSpec, HostProvider, Provider, Store};
 
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "symmwin-fs-{tag}-{}-{:x}",
         std::process::id(),
-        symmwin::token::random_u64()
+        symmwin::testing::random_u64()
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -176,42 +179,4 @@ fn a_full_store_filesystem_is_named_on_every_rank() {
     }
     drop(_tmpfs);
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// `message` with its run-to-run parts blurred: every word holding a path becomes
-/// `<path>`, every run of digits `0`.
-fn skeleton(message: &str) -> String {
-    let blur = |word: &str| {
-        if word.contains('/') {
-            return "<path>".to_owned();
-        }
-        let mut out = String::new();
-        for c in word.chars() {
-            if !(c.is_ascii_digit() && out.ends_with('0')) {
-                out.push(if c.is_ascii_digit() { '0' } else { c });
-            }
-        }
-        out
-    };
-    message
-        .split_whitespace()
-        .map(blur)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// docs/troubleshooting.md quotes `message` (from its `symmwin rank` on), up to the
-/// parts [`skeleton`] blurs.
-fn assert_quoted(message: &str) {
-    let page = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/troubleshooting.md"
-    ))
-    .unwrap();
-    let from_rank = |s: &str| s.find("symmwin rank").map(|i| skeleton(&s[i..]));
-    let wanted = from_rank(message).expect("a message naming its rank");
-    assert!(
-        page.lines().any(|l| from_rank(l).as_ref() == Some(&wanted)),
-        "docs/troubleshooting.md does not quote:\n{message}"
-    );
 }

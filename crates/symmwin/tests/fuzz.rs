@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use symmwin::provider::{HandleType, ProviderKind, SharedHandle};
-use symmwin::store::Namespace;
 use symmwin::testing::Endpoint;
+use symmwin::testing::Namespace;
 use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
 use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
 use symmwin::{Allocation, GroupSpec, HostProvider, MemoryStore, Provider, Store};
+use symmwin::{HandleType, ProviderKind, SharedHandle};
 
 /// The runner every target uses: case count from `PROPTEST_CASES`, a fixed seed
 /// unless `PROPTEST_RNG_SEED` is set, nothing written to disk.

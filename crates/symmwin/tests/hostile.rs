@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, field, result, Job};
-use symmwin::provider::SharedHandle;
 use symmwin::testing::Request;
 use symmwin::testing::FABRIC_LEN;
+use symmwin::SharedHandle;
 use symmwin::{
     Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry,
     Store,

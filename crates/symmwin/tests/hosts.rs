@@ -163,7 +163,8 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
     let hosts = ["a", "a", "b"];
     let store = Arc::new(MemoryStore::new());
     let size = 3 * 4096;
-    let key = |seq: u64, rank: usize| symmwin::store::Namespace::new("nocache").request(seq, rank);
+    let key =
+        |seq: u64, rank: usize| symmwin::testing::Namespace::new("nocache").request(seq, rank);
     let results = spanning_in(store.clone(), "nocache", &hosts, None, |_, group| {
         let mut reused = Vec::new();
         for _ in 0..3 {

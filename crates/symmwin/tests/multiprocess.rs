@@ -226,7 +226,7 @@ fn publish_and_vanish(rank: usize, world: usize) {
         device: info.device,
         size: 4096,
         alloc_size: 4096,
-        pad_size: symmwin::signal::DEFAULT_PAD_SIZE,
+        pad_size: symmwin::DEFAULT_PAD_SIZE,
         pad_pools: 0,
         pad_free: vec![],
         foreign_calls: 0,
@@ -249,7 +249,7 @@ fn publish_and_vanish(rank: usize, world: usize) {
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     store
         .set(
-            &symmwin::store::Namespace::new("test").request(0, rank),
+            &symmwin::testing::Namespace::new("test").request(0, rank),
             &request.encode(),
         )
         .unwrap();
@@ -338,7 +338,7 @@ fn forge_to_all(dir: &Path) -> usize {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let msg = common::fd_message("test", 0, 1, 2, &"07".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
-        let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
+        let symmwin::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];

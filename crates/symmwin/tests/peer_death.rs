@@ -42,7 +42,7 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
         "rendezvous" => group.rendezvous(&next).map(drop),
         "barrier" => window.barrier(SignalOptions::default()),
         "wait_signal" => window.wait_signal(1, SignalOptions::default()),
-        "all_to_all" => symmwin::ops::collective::all_to_all(half, other, 4, &OpOptions::default()),
+        "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
         other => panic!("unknown wait {other}"),
     }
     .unwrap_err();
@@ -128,5 +128,44 @@ fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
         assert_eq!(field(&r, "timeout"), "true", "{wait}: {r}");
         let waited: f64 = field(&r, "waited").parse().unwrap();
         assert!(waited >= 1.0, "{wait}: {r}");
+    }
+}
+
+/// The figures behind docs/RELIABILITY.md's table of failures: for each host wait kind,
+/// a peer that exits cleanly and one that is SIGKILLed, `RUNS` times each (default 20);
+/// how long after the event rank 0's wait failed naming it, median and max. A
+/// benchmark, not a test of CI: `bench/peer_death.sh` runs it.
+#[test]
+#[ignore = "benchmark: bench/peer_death.sh runs it"]
+fn detection_figures() {
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(20);
+    println!("| wait | peer | named after (median / max of {runs} runs) |\n| --- | --- | --- |");
+    for wait in WAITS {
+        for peer in ["exit", "kill"] {
+            let mut times: Vec<f64> = (0..runs)
+                .map(|_| {
+                    let (r, acted) = match peer {
+                        "exit" => run((wait, "exit"), 10_000, |_| {}),
+                        _ => run((wait, "hold"), 10_000, |ranks| ranks.kill(1)),
+                    };
+                    assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
+                    match peer {
+                        "exit" => field(&r, "waited").parse().unwrap(),
+                        _ => after(&r, acted),
+                    }
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let (median, max) = (times[times.len() / 2], times[times.len() - 1]);
+            let how = if peer == "exit" { "exits 0" } else { "SIGKILL" };
+            println!(
+                "| {wait} | {how} | {:.0} / {:.0} ms |",
+                median * 1e3,
+                max * 1e3
+            );
+        }
     }
 }

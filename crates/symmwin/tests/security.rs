@@ -107,9 +107,9 @@ fn logged(rank: usize, world: usize) -> String {
     //    right token): rank 0 logs a rejection and a dropped stale handle.
     if rank == 1 {
         let theirs = store.hooks.request_of(0);
-        let token = symmwin::token::Token::from_hex(&theirs.token).unwrap();
+        let token = symmwin::testing::Token::from_hex(&theirs.token).unwrap();
         let memory = provider.create(4096).unwrap();
-        let symmwin::provider::SharedHandle::Fd(fd) = memory.export().unwrap() else {
+        let symmwin::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];
@@ -117,7 +117,7 @@ fn logged(rank: usize, world: usize) -> String {
         let mut stale = common::fd_message("logged", 0, 1, 2, &"00".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
-        stale.token = token.0;
+        stale.token = symmwin::testing::token_bytes(&token);
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
     }
     let second = Allocation::new(provider.clone(), 4096).unwrap();

@@ -136,12 +136,12 @@ fn soak(rank: usize, world: usize) -> String {
             dirty += nonzero_ends(ptr, size);
             let offset = size / 2;
             let (window, got) = registry
-                .rendezvous(ptr + offset, &group, symmwin::signal::DEFAULT_PAD_SIZE)
+                .rendezvous(ptr + offset, &group, symmwin::DEFAULT_PAD_SIZE)
                 .unwrap()
                 .unwrap();
             assert_eq!(got, offset);
             let (again, _) = registry
-                .rendezvous(ptr, &group, symmwin::signal::DEFAULT_PAD_SIZE)
+                .rendezvous(ptr, &group, symmwin::DEFAULT_PAD_SIZE)
                 .unwrap()
                 .unwrap();
             assert_eq!(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::provider::cuda::CudaProvider;
+use symmwin::CudaProvider;
 use symmwin::{
     Allocation, Config, Group, GroupSpec, HandlePreference, HostProvider, MemoryStore, Provider,
 };

@@ -2,14 +2,11 @@
 //! sender rank's request, under our uid, carrying our token; a handle is sent only to
 //! a socket of ours in a private directory.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-
-use super::diagnosis::shown;
+#[cfg(test)]
+use super::transport::check_peer_socket;
 use super::transport::Received;
 use super::wire::{decode_framed, Message, Payload};
 use super::{Endpoint, Round};
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
 impl Endpoint {
@@ -84,40 +81,6 @@ pub(super) struct Authenticated {
     pub(super) handle: Option<SharedHandle>,
     /// The sender's request, when it came with the message.
     pub(super) request: Option<Vec<u8>>,
-}
-
-/// Longest path a Unix socket address holds (`sun_path` less its NUL).
-const MAX_SOCKET_PATH: usize = 107;
-
-/// A peer socket must be a socket owned by `uid` (ours) inside a directory that only
-/// we can enter.
-pub(super) fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let refuse = |why: &str| {
-        Error::new(
-            Phase::Exchange,
-            ErrorKind::Rejected(format!("peer socket {}: {why}", shown(path))),
-        )
-    };
-    let len = path.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        return Err(refuse(&format!(
-            "the path is {len} bytes, longer than a Unix socket address holds \
-             ({MAX_SOCKET_PATH}); the peer's request is corrupt or forged"
-        )));
-    }
-    let meta = std::fs::symlink_metadata(path).map_err(|e| {
-        Error::new(
-            Phase::Exchange,
-            ErrorKind::PeerLost(format!("socket {} is gone ({e})", shown(path))),
-        )
-    })?;
-    if !meta.file_type().is_socket() || meta.uid() != uid {
-        return Err(refuse("is not a socket owned by us"));
-    }
-    let dir = path.parent().ok_or_else(|| refuse("has no directory"))?;
-    crate::private_dir::verify(dir, "peer socket directory", "the sockets", Phase::Exchange)
-        .map_err(|_| refuse("is not in a private directory of ours"))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::io::IoSlice;
 use rustix::io::Errno;
 use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrUnix};
 
-use super::auth::check_peer_socket;
+use super::transport::check_peer_socket;
 use super::wire::{Message, Offer, Payload, FABRIC_LEN};
 use super::{Endpoint, PeerAddress, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -164,7 +164,7 @@ impl Endpoint {
             seq: notice.seq,
             sender: u32::try_from(notice.rank).map_err(|_| beyond("rank"))?,
             world: u32::try_from(world).map_err(|_| beyond("world"))?,
-            token: address.token.0,
+            token: address.token.bytes(),
             physical_size: notice.blames.map_or(0, |b| b as u64 + 1),
             offer: Offer::default(),
             payload: Payload::GaveUp,

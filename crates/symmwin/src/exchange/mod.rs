@@ -211,7 +211,7 @@ impl Endpoint {
                 }
             }
             if !lost.is_empty() {
-                return Err(diagnosis::most_likely_lost(round, lost));
+                return Err(exited_or_lost(round, lost));
             }
             let missing: Vec<usize> = round
                 .targets
@@ -272,6 +272,26 @@ impl Endpoint {
         Ok(())
     }
 }
+
+/// The error of sends that failed because `lost` peers no longer listen: a peer that
+/// exited removed its socket a moment before the watcher marks it, so the mark is
+/// given a moment to say how it ended before the socket's word is taken.
+fn exited_or_lost(round: &Round<'_>, lost: Vec<(usize, Error)>) -> Error {
+    let until = Instant::now() + EXIT_MARK_GRACE;
+    loop {
+        let peers = lost.iter().map(|(r, _)| (*r, round.peers[*r].pid));
+        if let Some(exited) = crate::peer_watch::first_exited(Phase::Exchange, peers) {
+            return exited;
+        }
+        if Instant::now() >= until {
+            return diagnosis::most_likely_lost(round, lost);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long a failed send waits for the watcher's word on a peer that stopped listening.
+const EXIT_MARK_GRACE: Duration = Duration::from_millis(200);
 
 /// The error of an exchange that timed out waiting for the peers in `waiting`: the
 /// open-file limit when the kernel dropped fds meanwhile (`fds_dropped` datagrams).

@@ -15,7 +15,6 @@ use rustix::net::{
     SocketFlags, SocketType,
 };
 
-use super::auth::check_peer_socket;
 use super::diagnosis::shown;
 use super::wire::{Message, Payload, FABRIC_LEN, MAX_REQUEST};
 use super::{Endpoint, Outgoing, Round};
@@ -79,7 +78,7 @@ impl Endpoint {
             seq: round.seq,
             sender: round.rank as u32,
             world: round.peers.len() as u32,
-            token: address.token.0,
+            token: address.token.bytes(),
             physical_size: round.physical_size,
             offer,
             payload: match handle {
@@ -274,6 +273,40 @@ pub(super) fn parse_control(control: &[u8]) -> (Vec<RawFd>, Option<Credentials>)
         at += align(len);
     }
     (fds, cred)
+}
+
+/// Longest path a Unix socket address holds (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// A peer socket must be a socket owned by `uid` (ours) inside a directory that only
+/// we can enter.
+pub(super) fn check_peer_socket(path: &Path, uid: u32) -> Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let refuse = |why: &str| {
+        Error::new(
+            Phase::Exchange,
+            ErrorKind::Rejected(format!("peer socket {}: {why}", shown(path))),
+        )
+    };
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(refuse(&format!(
+            "the path is {len} bytes, longer than a Unix socket address holds \
+             ({MAX_SOCKET_PATH}); the peer's request is corrupt or forged"
+        )));
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        Error::new(
+            Phase::Exchange,
+            ErrorKind::PeerLost(format!("socket {} is gone ({e})", shown(path))),
+        )
+    })?;
+    if !meta.file_type().is_socket() || meta.uid() != uid {
+        return Err(refuse("is not a socket owned by us"));
+    }
+    let dir = path.parent().ok_or_else(|| refuse("has no directory"))?;
+    crate::private_dir::verify(dir, "peer socket directory", "the sockets", Phase::Exchange)
+        .map_err(|_| refuse("is not in a private directory of ours"))
 }
 
 #[cfg(test)]

@@ -15,23 +15,14 @@
 //!
 //! [`plan`] holds the split arithmetic every implementation must agree with.
 
-mod args;
 pub mod collective;
-mod device;
-mod elem;
-mod engine;
-pub mod host;
-pub mod plan;
 mod rank;
-mod request;
 mod spanning;
 
-pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
+pub use crate::provider::device_ops::plan;
+pub use crate::provider::device_ops::{DeviceOps, ElemType, Engine, ReduceOp, Rows, Tile};
 pub use collective::{OpOptions, Operand};
-pub use device::{DeviceOps, UnsupportedOps};
-pub use engine::{Engine, ENGINE_ENV};
 pub use rank::Rank;
-pub use request::{OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, Result};
 use crate::provider::PadLayout;

@@ -14,8 +14,12 @@ use std::time::Duration;
 use crate::error::Result;
 
 pub mod cuda;
+pub mod device_ops;
+mod fabric;
 pub mod host;
 mod mapped;
+
+pub use fabric::FabricDomain;
 
 /// Which provider a window lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -224,14 +228,14 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn signals(&self) -> &dyn Signals;
     /// The NVLink fabric domain of the device, where it reports one: peers of the
     /// same domain on other hosts import fabric handles through the store.
-    fn fabric_domain(&self) -> Option<crate::rendezvous::locality::FabricDomain> {
+    fn fabric_domain(&self) -> Option<crate::provider::FabricDomain> {
         None
     }
 
-    /// Collective and one-sided ops on this provider's memory ([`crate::ops`]); a
+    /// Collective and one-sided ops on this provider's memory (the device-ops contract); a
     /// provider without them refuses every op with a clear error.
-    fn ops(&self) -> &dyn crate::ops::DeviceOps {
-        &crate::ops::UnsupportedOps {
+    fn ops(&self) -> &dyn crate::provider::device_ops::DeviceOps {
+        &crate::provider::device_ops::UnsupportedOps {
             provider: "this provider's",
         }
     }

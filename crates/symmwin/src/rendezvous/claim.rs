@@ -69,7 +69,7 @@ fn duplicate_key(shared: &GroupShared, seq: u64) -> String {
 pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
     if !matches!(
         error.kind(),
-        ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_)
+        ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_) | ErrorKind::PeerExited { .. }
     ) {
         return error;
     }

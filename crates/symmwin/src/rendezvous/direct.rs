@@ -13,8 +13,7 @@
 
 use super::clock::Step;
 use super::map::{Plan, Trading};
-use super::pads::PadAsk;
-use super::publish::{self, Ask};
+use super::publish::{self, Ask, PadAsk};
 use super::request::{self, Request};
 use super::reuse::Own;
 use super::run::{Exchanged, Gathered, Rendezvous};

@@ -86,7 +86,7 @@ fn finish(import: Import, limit: Duration) -> Imported {
                 Phase::Import,
                 ErrorKind::Internal(format!(
                     "an import did not finish within {}",
-                    crate::error::Seconds(limit)
+                    crate::text::Seconds(limit)
                 )),
             ))
         }),

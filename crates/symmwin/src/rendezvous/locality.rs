@@ -30,7 +30,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::HandleType;
+use crate::provider::{FabricDomain, HandleType};
 
 /// Where the kernel's boot id lives: random per boot, the same in every namespace.
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
@@ -66,16 +66,6 @@ impl DirIdentity {
             ino: meta.ino(),
         })
     }
-}
-
-/// The NVLink fabric domain of a GPU (NVML's `clusterUuid` and `cliqueId`): GPUs of
-/// one domain can import each other's fabric handles (given an IMEX channel).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct FabricDomain {
-    /// Cluster UUID, 32 hex digits.
-    pub cluster_uuid: String,
-    /// Clique id within the cluster.
-    pub clique_id: u32,
 }
 
 /// What one rank publishes about where it runs.

@@ -242,7 +242,7 @@ impl Rendezvous<'_> {
                 false => traded.offers[r].unwrap_or_default(),
             })
             .collect();
-        window_cache::release(self.shared, &reuse::freed_everywhere(&offers));
+        window_cache::release(self.shared.cache_key, &reuse::freed_everywhere(&offers));
         own.take_over(&offers)
     }
 
@@ -263,11 +263,12 @@ impl Rendezvous<'_> {
         let zero_first =
             own.purpose().zeroed_before_sharing() && !shared.provider.info().zero_on_create;
         let own_mapped = zero_first || map_now;
+        let own_offset = layout.offset_of(shared.rank)?;
         if own_mapped {
-            span.map(shared.rank * stride, memory)?;
+            span.map(own_offset, memory)?;
         }
         if zero_first {
-            span.zero(shared.rank * stride, stride)?;
+            span.zero(own_offset, stride)?;
         }
         self.clock.lap(Step::Reserve);
         Ok(Reserved {

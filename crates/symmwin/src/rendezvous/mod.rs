@@ -31,7 +31,7 @@ use crate::group::{Group, GroupState};
 use crate::window::Window;
 use clock::Step;
 use give_up::settled_alike;
-use pads::PadAsk;
+use publish::PadAsk;
 use reuse::Own;
 use run::Rendezvous;
 

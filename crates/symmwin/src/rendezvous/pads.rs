@@ -2,47 +2,12 @@
 //! pools, and claiming the slot every rank agrees on (growing the pools when none is
 //! free everywhere).
 
+use super::publish::PadAsk;
 use super::request::Request;
 use super::reuse::Own;
 use super::run::Rendezvous;
 use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::group::GroupShared;
 use crate::signal::pad_pool::{self, PadLease, PoolWindow};
-
-/// Pad information a request carries.
-pub(super) struct PadAsk {
-    pub(super) pad_size: usize,
-    pub(super) pools: usize,
-    pub(super) free: Vec<u64>,
-}
-
-impl PadAsk {
-    /// No pads: the request of a pad pool's own window.
-    pub(super) fn none() -> Self {
-        PadAsk {
-            pad_size: 0,
-            pools: 0,
-            free: Vec::new(),
-        }
-    }
-
-    /// This rank's pools of `pad_size` pads and which slots are free in them.
-    pub(super) fn of(shared: &GroupShared, pad_size: usize) -> Self {
-        let provider = &shared.provider;
-        let (pools, free) = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
-            let mut bytes = vec![0u8; len];
-            // SAFETY: `addr..addr + len` is this rank's own pad in a pool window the
-            // group keeps mapped for as long as `shared.pads` lives.
-            let read = unsafe { provider.read(addr, &mut bytes) };
-            read.is_ok() && bytes.iter().all(|&b| b == 0)
-        });
-        PadAsk {
-            pad_size,
-            pools,
-            free,
-        }
-    }
-}
 
 impl Rendezvous<'_> {
     /// Pick the lowest pad slot free on every rank, growing the pool when none is.

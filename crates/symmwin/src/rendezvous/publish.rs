@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use super::pads::PadAsk;
 use super::request::{self, Request};
 use super::spanning;
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -125,6 +124,41 @@ pub(super) fn peer_addresses(requests: &[Request], keys: &[String]) -> Result<Ve
         .collect()
 }
 
+/// Pad information a request carries.
+pub(super) struct PadAsk {
+    pub(super) pad_size: usize,
+    pub(super) pools: usize,
+    pub(super) free: Vec<u64>,
+}
+
+impl PadAsk {
+    /// No pads: the request of a pad pool's own window.
+    pub(super) fn none() -> Self {
+        PadAsk {
+            pad_size: 0,
+            pools: 0,
+            free: Vec::new(),
+        }
+    }
+
+    /// This rank's pools of `pad_size` pads and which slots are free in them.
+    pub(super) fn of(shared: &GroupShared, pad_size: usize) -> Self {
+        let provider = &shared.provider;
+        let (pools, free) = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
+            let mut bytes = vec![0u8; len];
+            // SAFETY: `addr..addr + len` is this rank's own pad in a pool window the
+            // group keeps mapped for as long as `shared.pads` lives.
+            let read = unsafe { provider.read(addr, &mut bytes) };
+            read.is_ok() && bytes.iter().all(|&b| b == 0)
+        });
+        PadAsk {
+            pad_size,
+            pools,
+            free,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -179,7 +213,7 @@ mod tests {
         let peers = peer_addresses(&requests, &keys).unwrap();
         let state = one.lock_state().unwrap();
         assert_eq!(peers[1].socket, state.endpoint.path());
-        assert!(peers[1].token.matches(&state.endpoint.token().0));
+        assert!(peers[1].token.matches(&state.endpoint.token().bytes()));
     }
 
     #[test]

@@ -70,9 +70,10 @@ impl Own<'_> {
     /// (it travels over the exchange socket, never through the store).
     pub(crate) fn offer(&self, group: &Arc<GroupShared>) -> Offer {
         match self {
-            Own::Alloc(alloc) => {
-                Offer::new(alloc.reuse_offer(group), &window_cache::parked_in(group))
-            }
+            Own::Alloc(alloc) => Offer::new(
+                alloc.reuse_offer(group.cache_key),
+                &window_cache::parked_in(group.cache_key),
+            ),
             Own::Pool(_) => Offer::default(),
         }
     }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::layout::{FlatLayout, PadLayout};
+use crate::layout::{pad_place, FlatLayout, PadLayout};
 use crate::provider::Span;
 
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
@@ -60,12 +60,6 @@ pub(crate) fn pool_bytes(pad_size: usize, granularity: usize) -> Result<usize> {
         .checked_mul(MIN_SLOTS)
         .ok_or_else(|| crate::Error::invalid(format!("signal pad size {pad_size} is too large")))?;
     crate::layout::round_up(want.max(granularity), granularity)
-}
-
-/// Where pad `slot` lies inside its pool window's slots: which pool, and the byte
-/// offset in every rank's slot of that pool.
-fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
-    (slot / per_pool, (slot % per_pool) * pad_size)
 }
 
 /// Lowest slot free on every rank.

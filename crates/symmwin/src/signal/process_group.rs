@@ -31,7 +31,7 @@ use crate::provider::StreamHandle;
 
 /// Where the bytes of a posted batch are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Memory {
+pub enum MessageMemory {
     /// Host memory: every message gets its own work, waited for one by one.
     Host,
     /// Device memory: the batch goes as one group, ordered on the current stream;
@@ -79,7 +79,7 @@ pub trait ProcessGroupLink: Send + Sync + 'static {
     fn post(
         &self,
         batch: &[Message],
-        memory: Memory,
+        memory: MessageMemory,
     ) -> Result<Vec<Option<Self::Work>>, LinkFailure>;
 
     /// Wait for `work`, at most `bound` (`None`: as long as the backend's own
@@ -210,7 +210,7 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
         wait_sends: bool,
         timeout: Duration,
     ) -> Result<(), RemoteFailure> {
-        let works = self.link.post(batch, Memory::Host).map_err(lost)?;
+        let works = self.link.post(batch, MessageMemory::Host).map_err(lost)?;
         let mut waits = Vec::with_capacity(works.len());
         for (m, work) in batch.iter().zip(works) {
             let Some(work) = work else { continue };
@@ -287,7 +287,7 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
     /// Device memory the group moves itself: one group on the stream; the stream
     /// waits for it when it receives, or sends data (`wait_sends`).
     fn run_device(&self, batch: &[Message], wait_sends: bool) -> Result<(), RemoteFailure> {
-        let works = self.link.post(batch, Memory::Device).map_err(lost)?;
+        let works = self.link.post(batch, MessageMemory::Device).map_err(lost)?;
         let receives = batch.iter().any(|m| m.direction == Direction::Recv);
         match works.into_iter().flatten().last() {
             Some(last) if receives || wait_sends => self.link.wait(last, None).map_err(lost),

@@ -14,7 +14,7 @@ enum Outcome {
 
 #[derive(Default)]
 struct Log {
-    posts: Vec<(Vec<Message>, Memory)>,
+    posts: Vec<(Vec<Message>, MessageMemory)>,
     waits: Vec<(usize, Option<Duration>)>,
     syncs: usize,
     copies: Vec<bool>,
@@ -34,11 +34,15 @@ impl ProcessGroupLink for FakeLink {
         self.nccl
     }
 
-    fn post(&self, batch: &[Message], memory: Memory) -> Result<Vec<Option<usize>>, LinkFailure> {
+    fn post(
+        &self,
+        batch: &[Message],
+        memory: MessageMemory,
+    ) -> Result<Vec<Option<usize>>, LinkFailure> {
         lock(&self.log).posts.push((batch.to_vec(), memory));
         Ok(match memory {
-            Memory::Host => batch.iter().map(|m| Some(m.peer)).collect(),
-            Memory::Device => {
+            MessageMemory::Host => batch.iter().map(|m| Some(m.peer)).collect(),
+            MessageMemory::Device => {
                 let mut works = vec![None; batch.len()];
                 if let Some(last) = works.last_mut() {
                     *last = Some(usize::MAX);
@@ -219,7 +223,7 @@ fn device_memory_through_nccl_is_one_group_the_stream_waits_for_when_it_receives
     assert!(log
         .posts
         .iter()
-        .all(|(_, memory)| *memory == Memory::Device));
+        .all(|(_, memory)| *memory == MessageMemory::Device));
     // Only the batch that receives is waited for, once, on the stream (no bound).
     assert_eq!(log.waits, vec![(usize::MAX, None)]);
     assert_eq!(log.syncs, 0);
@@ -258,7 +262,10 @@ fn device_memory_without_nccl_is_staged_through_the_host() {
         vec![false, true],
         "send staged out, receive copied back"
     );
-    assert!(log.posts.iter().all(|(_, memory)| *memory == Memory::Host));
+    assert!(log
+        .posts
+        .iter()
+        .all(|(_, memory)| *memory == MessageMemory::Host));
     let staged = &log.posts[0].0;
     assert!(staged.iter().all(|m| m
         .bytes

@@ -9,6 +9,7 @@
 
 pub mod hooked_store;
 pub mod hosts;
+pub mod quoted;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use symmwin::testing::PeerAddress;
 use symmwin::testing::Request;
-use symmwin::token::Token;
+use symmwin::testing::Token;
 use symmwin::{Config, FileStore, Group, GroupSpec, HostProvider, Provider};
 
 /// Environment variable naming the scenario a worker runs.
@@ -78,7 +79,7 @@ impl TempDir {
         TempDir(std::env::temp_dir().join(format!(
             "symmwin-test-{tag}-{}-{:x}",
             std::process::id(),
-            symmwin::token::random_u64()
+            symmwin::testing::random_u64()
         )))
     }
 
@@ -153,7 +154,7 @@ impl Job {
         let dir = std::env::temp_dir().join(format!(
             "symmwin-test-{name}-{}-{:x}",
             std::process::id(),
-            symmwin::token::random_u64()
+            symmwin::testing::random_u64()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         Job { dir }
@@ -190,7 +191,7 @@ impl Job {
     /// Start one worker process per rank running `scenario`.
     pub fn spawn(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Ranks {
         let exe = std::env::current_exe().unwrap();
-        let tag = format!("{scenario}-{:x}", symmwin::token::random_u64());
+        let tag = format!("{scenario}-{:x}", symmwin::testing::random_u64());
         let mut ranks = Ranks::default();
         for rank in 0..world {
             let files = (
@@ -507,7 +508,7 @@ pub fn fake_rank1_requests(
     group: &str,
     endpoint: &symmwin::testing::Endpoint,
 ) -> Result<(Request, Request), String> {
-    let key = symmwin::store::Namespace::new(group).request(0, 0);
+    let key = symmwin::testing::Namespace::new(group).request(0, 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     let bytes = loop {
         if let Some(b) = store.try_get(&key).map_err(|e| e.to_string())? {
@@ -532,12 +533,12 @@ pub fn fake_rank1_all_gather(
     endpoint: &mut symmwin::testing::Endpoint,
     (group, physical_size): (&str, u64),
     (theirs, ours): (&Request, &Request),
-    handle: &symmwin::provider::SharedHandle,
+    handle: &symmwin::SharedHandle,
     timeout: Duration,
 ) -> symmwin::Result<()> {
     let peers = peer_addresses(theirs, ours);
     let round = symmwin::testing::Round {
-        group: symmwin::token::stable_id(group),
+        group: symmwin::testing::stable_id(group),
         seq: 0,
         rank: 1,
         peers: &peers,
@@ -558,11 +559,13 @@ pub fn fd_message(
     token_hex: &str,
 ) -> symmwin::testing::Message {
     symmwin::testing::Message {
-        group: symmwin::token::stable_id(group),
+        group: symmwin::testing::stable_id(group),
         seq,
         sender,
         world,
-        token: Token::from_hex(token_hex).expect("a published token").0,
+        token: symmwin::testing::token_bytes(
+            &Token::from_hex(token_hex).expect("a published token"),
+        ),
         physical_size: 4096,
         offer: Default::default(),
         payload: symmwin::testing::Payload::Fd,

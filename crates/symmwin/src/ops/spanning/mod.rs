@@ -27,9 +27,7 @@ use crate::error::Result;
 use crate::provider::Provider;
 use crate::signal::remote::{RemotePeers, SignalScope};
 
-use super::args::{OpContext, SignalWait, SymmBuf};
-use super::device::DeviceOps;
-use super::request::OpRequest;
+use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
 use moves::Moves;
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move

@@ -7,8 +7,8 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::{Provider, ProviderKind, Table};
 use crate::signal::remote::{data_tag, failure, Direction, Transfer};
 
-use super::super::args::{OpContext, SymmBuf};
 use super::SpanningOps;
+use crate::provider::device_ops::{OpContext, SymmBuf};
 
 /// A copy between two mapped addresses of this process.
 #[derive(Debug, Clone, Copy)]

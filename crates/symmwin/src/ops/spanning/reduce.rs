@@ -4,11 +4,10 @@
 
 use crate::error::Result;
 
-use super::super::args::{OpContext, ReduceOp, SymmBuf, Tile};
-use super::super::elem;
-use super::super::request::TileReduce;
 use super::moves::{Moves, Scratch};
 use super::SpanningOps;
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
 
 impl SpanningOps<'_> {
     /// Body of `tile_reduce` (inside the entry and exit barriers).
@@ -45,26 +44,19 @@ impl SpanningOps<'_> {
     /// Sum `tiles` (one per rank, each a tile's extent) row by row into `out`, writing
     /// only the tile's elements (never the gaps between its rows).
     fn write_sum(&self, tiles: &[Vec<u8>], out: &SymmBuf, me: usize, tile: &Tile) -> Result<()> {
-        let size = tile.elem.size();
-        let row_len = tile.cols * size;
+        let rows = tile.row_layout();
         let mut acc = vec![0f64; tile.cols];
-        let mut row = vec![0u8; row_len];
-        for r in 0..tile.rows {
-            let at = r * tile.row_stride * size;
+        let mut row = vec![0u8; rows.row_len()];
+        for at in rows.iter() {
             acc.fill(0.0);
             for bytes in tiles {
-                let base = bytes[at..at + row_len].as_ptr() as usize;
-                for (i, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: element i lies in the row slice above.
-                    *a += unsafe { elem::load(tile.elem, base, i) };
-                }
+                let base = bytes[at.clone()].as_ptr() as usize;
+                // SAFETY: the row slice above holds `cols` elements.
+                unsafe { elem::accumulate_row(tile.elem, &mut acc, base) };
             }
-            let base = row.as_mut_ptr() as usize;
-            for (i, &a) in acc.iter().enumerate() {
-                // SAFETY: element i lies in `row`, which holds `cols` elements.
-                unsafe { elem::store(tile.elem, base, i, a) };
-            }
-            let dst = out.range(me, at, row_len)?;
+            // SAFETY: `row` holds `cols` elements.
+            unsafe { elem::store_row(tile.elem, &acc, row.as_mut_ptr() as usize) };
+            let dst = out.range(me, at.start, at.len())?;
             // SAFETY: the row lies in this rank's out tile, checked against its room.
             unsafe { self.provider.write(dst, &row)? };
         }

@@ -3,11 +3,11 @@
 
 use crate::error::Result;
 
-use super::super::args::{OpContext, VarArgs};
-use super::super::host::check_own_sends;
-use super::super::plan::{in_table_len, Chunk, Plan, Planner, Shape};
 use super::moves::{i64s, Moves, Scratch};
 use super::SpanningOps;
+use crate::provider::device_ops::plan::{in_table_len, Chunk, Plan, Planner, Shape};
+use crate::provider::device_ops::{OpContext, VarArgs};
+use crate::provider::host::check_own_sends;
 
 const I64: usize = std::mem::size_of::<i64>();
 

@@ -3,8 +3,7 @@
 use cudarc::driver::sys;
 
 use super::driver::{self, CtxGuard, DriverResult, PhaseExt};
-use super::probe::device;
-use crate::error::{Phase, Result};
+use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// A retained primary context: the one torch and the CUDA runtime use, so retaining it
 /// shares their context rather than creating a rival one.
@@ -82,4 +81,25 @@ impl Drop for PrimaryContext {
             );
         }
     }
+}
+
+/// Number of CUDA devices visible to this process.
+pub fn device_count() -> Result<i32> {
+    driver::ensure_loaded()?;
+    driver::device_count().phase(Phase::Probe)
+}
+
+/// `cuDeviceGet` on a loaded driver, with a readable error for a bad ordinal.
+pub(super) fn device(ordinal: i32) -> Result<sys::CUdevice> {
+    driver::ensure_loaded()?;
+    let count = device_count()?;
+    if ordinal < 0 || ordinal >= count {
+        return Err(Error::new(
+            Phase::Probe,
+            ErrorKind::InvalidArgument(format!(
+                "CUDA device {ordinal} does not exist ({count} visible)"
+            )),
+        ));
+    }
+    driver::device_get(ordinal).phase(Phase::Probe)
 }

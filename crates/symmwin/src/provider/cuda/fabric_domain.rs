@@ -18,8 +18,8 @@ use cudarc::driver::sys::CUdevice_attribute;
 use super::driver::{self, PhaseExt};
 use super::nvml::{FabricInfo, Nvml, NvmlFailure, NvmlStatus, NVML_SUCCESS};
 use crate::error::Phase;
+use crate::provider::FabricDomain;
 use crate::provider::HandleType;
-use crate::rendezvous::locality::FabricDomain;
 
 /// The NVML library every driver installation ships (the unversioned name is a
 /// development symlink).
@@ -115,7 +115,7 @@ fn pci_address(domain: i32, bus: i32, device: i32) -> String {
 
 /// The PCI address of CUDA device `ordinal`, from the driver's attributes.
 fn device_pci_address(ordinal: i32) -> crate::Result<String> {
-    let device = super::probe::device(ordinal)?;
+    let device = super::context::device(ordinal)?;
     let attr = |a| driver::device_attribute(device, a).phase(Phase::Probe);
     Ok(pci_address(
         attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,

@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
-use super::context::PrimaryContext;
+use super::context::{device, PrimaryContext};
 use super::driver::{self, DriverError, DriverResult, PhaseExt};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::HandleType;
@@ -66,12 +66,6 @@ impl HandleSupport {
             },
         }
     }
-}
-
-/// Number of CUDA devices visible to this process.
-pub fn device_count() -> Result<i32> {
-    driver::ensure_loaded()?;
-    driver::device_count().phase(Phase::Probe)
 }
 
 /// Whether device `a` can map memory of device `b` (always true for `a == b`).
@@ -132,21 +126,6 @@ pub fn probe_device(ordinal: i32) -> Result<DeviceReport> {
     report.fabric = HandleSupport::from_outcome(handle_type_works(&ctx, HandleType::Fabric));
     report.posix_fd = HandleSupport::from_outcome(handle_type_works(&ctx, HandleType::PosixFd));
     Ok(report)
-}
-
-/// `cuDeviceGet` on a loaded driver, with a readable error for a bad ordinal.
-pub(super) fn device(ordinal: i32) -> Result<sys::CUdevice> {
-    driver::ensure_loaded()?;
-    let count = device_count()?;
-    if ordinal < 0 || ordinal >= count {
-        return Err(Error::new(
-            Phase::Probe,
-            ErrorKind::InvalidArgument(format!(
-                "CUDA device {ordinal} does not exist ({count} visible)"
-            )),
-        ));
-    }
-    driver::device_get(ordinal).phase(Phase::Probe)
 }
 
 /// The driver's handle-type flag for `handle_type`.

@@ -32,7 +32,8 @@ pub const DEFAULT_OP_TIMEOUT: Duration = crate::config::DEFAULT_DEVICE_TIMEOUT;
 pub const MAX_WORLD: usize = 1024;
 
 /// True when the embedded PTX holds kernels rather than the placeholder.
-pub fn kernels_built() -> bool {
+#[cfg(test)]
+pub(crate) fn kernels_built() -> bool {
     ptx_image().is_ok()
 }
 

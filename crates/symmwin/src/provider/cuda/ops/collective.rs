@@ -9,8 +9,8 @@ use super::params::{
 };
 use super::{CudaOps, Pick};
 use crate::error::{Error, Result};
-use crate::ops::plan::Shape;
-use crate::ops::{ElemType, OpContext, ReduceOp, SymmBuf, TileReduce, VarArgs};
+use crate::provider::device_ops::plan::Shape;
+use crate::provider::device_ops::{ElemType, OpContext, ReduceOp, SymmBuf, TileReduce, VarArgs};
 
 impl CudaOps {
     pub(super) fn equal_all_to_all(

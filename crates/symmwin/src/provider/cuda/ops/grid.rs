@@ -5,7 +5,7 @@
 //! from this device's SM count: ranks on different GPU models still agree.
 
 use crate::error::{Error, Result};
-use crate::ops::{Engine, OpContext};
+use crate::provider::device_ops::{Engine, OpContext};
 
 /// Bytes one block moves per pass (512 threads x 4 x 16-byte vectors).
 const TILE_BYTES: usize = 512 * 4 * 16;

@@ -18,7 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
-use crate::ops::{DeviceOps, OpContext, OpRequest, SignalWait};
+use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait};
 use crate::provider::StreamHandle;
 
 mod collective;
@@ -26,9 +26,6 @@ mod grid;
 mod module;
 mod one_sided;
 mod params;
-
-pub use grid::{COPY_ENGINE_MIN_COLLECTIVE, COPY_ENGINE_MIN_ONE_SIDED};
-pub use params::{MAX_EXPERTS, MAX_ROOT_WORLD, MAX_SPLITS};
 
 use module::{LoadFailure, OpsKernels};
 use one_sided::Direction::{Get, Put};

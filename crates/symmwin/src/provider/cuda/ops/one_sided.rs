@@ -7,7 +7,7 @@ use super::CudaOps;
 use crate::error::{Error, Result};
 use crate::provider::{PadSignal, SignalAt, Signals};
 
-use crate::ops::{OpContext, SignalWait, SymmBuf, Transfer};
+use crate::provider::device_ops::{OpContext, SignalWait, SymmBuf, Transfer};
 
 /// Which way `put` / `get` copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub(super) enum OpId {
     PutWithSignal = 14,
 }
 use crate::error::{Error, Result};
-use crate::ops::SymmBuf;
+use crate::provider::device_ops::SymmBuf;
 
 /// Threads per block of the data kernels (`SYMMWIN_OPS_THREADS`).
 pub(super) const THREADS: u32 = 512;

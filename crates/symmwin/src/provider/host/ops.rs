@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::provider::host::{timed_out, wait_until, HostSignals, HostWait};
+use crate::provider::device_ops::elem;
+use crate::provider::device_ops::plan::{in_table_len, plan, Plan, Shape};
+use crate::provider::device_ops::{
+    DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs,
+};
 use crate::provider::{PadSignal, SignalAt, Signals};
 
-use super::args::{OpContext, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs};
-use super::device::DeviceOps;
-use super::elem;
-use super::plan::{in_table_len, plan, Plan, Shape};
-use super::request::OpRequest;
+use super::signals::{timed_out, wait_until, HostSignals, HostWait};
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -79,7 +79,7 @@ fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
 
 /// This rank's own input table must stay inside its input rows (torch asserts it on
 /// the device; here it is an error after the op).
-pub(super) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+pub(crate) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
     let n = match shape {
         Shape::Combine => table.len() / 2,
         _ => table.len(),
@@ -302,26 +302,19 @@ fn reduce_tile(
     op: ReduceOp,
 ) -> Result<()> {
     let ReduceOp::Sum = op;
-    let size = tile.elem.size();
-    let row_len = tile.cols * size;
     let mut acc = vec![0f64; tile.cols];
-    for row in 0..tile.rows {
-        let at = row * tile.row_stride * size;
+    for row in tile.row_layout().iter() {
         acc.fill(0.0);
         for src in 0..ctx.world {
             let from = input
-                .range(src, at, row_len)
+                .range(src, row.start, row.len())
                 .map_err(|e| e.with_peer(src))?;
-            for (i, a) in acc.iter_mut().enumerate() {
-                // SAFETY: element i lies in the checked row range.
-                *a += unsafe { elem::load(tile.elem, from, i) };
-            }
+            // SAFETY: the row lies in the checked range of `src`'s input.
+            unsafe { elem::accumulate_row(tile.elem, &mut acc, from) };
         }
-        let to = out.range(ctx.rank, at, row_len)?;
-        for (i, &a) in acc.iter().enumerate() {
-            // SAFETY: element i lies in the checked row range of this rank's out.
-            unsafe { elem::store(tile.elem, to, i, a) };
-        }
+        let to = out.range(ctx.rank, row.start, row.len())?;
+        // SAFETY: the row lies in the checked range of this rank's out.
+        unsafe { elem::store_row(tile.elem, &acc, to) };
     }
     Ok(())
 }

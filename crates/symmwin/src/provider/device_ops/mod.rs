@@ -1,4 +1,6 @@
-//! The provider-facing interface of the ops: one implementation per provider.
+//! The provider-facing interface of the ops (the device-ops contract): one
+//! implementation per provider, over flat-layout addresses. [`plan`] holds the split
+//! arithmetic every implementation must agree with.
 //!
 //! NOTE [ops protocol]
 //! Every op is collective over the ranks of its windows' group except `put`, `get`,
@@ -16,15 +18,21 @@
 //! and reports which peer, how many rows and how much room, when it returns (host)
 //! or at the next [`DeviceOps::check_errors`] / synchronization (device).
 
-use crate::error::{Error, ErrorKind, Phase, Result};
+mod args;
+pub(crate) mod elem;
+pub mod plan;
+mod request;
 
-use super::args::{OpContext, SignalWait};
-use super::request::OpRequest;
+pub use crate::engine::Engine;
+pub use args::{ElemType, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs};
+pub use request::{OpRequest, TileReduce, Transfer};
+
+use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// The ops of one provider, over flat-layout addresses.
 ///
-/// Every method is `unsafe`: the caller ([`super::collective`]) guarantees that each
-/// [`SymmBuf`](super::SymmBuf) of a request describes memory mapped in this process at `addr(r)` for
+/// Every method is `unsafe`: the caller (the ops layer's `collective` module) guarantees that each
+/// [`SymmBuf`] of a request describes memory mapped in this process at `addr(r)` for
 /// every rank `r` with at least `room` bytes (and `len` bytes for this rank), that the
 /// mapping lives until the op has completed on its stream, and that `ctx.pads` are the
 /// live pads of the group the operands belong to. Implementations must not access a
@@ -89,8 +97,6 @@ impl DeviceOps for UnsupportedOps {
 mod tests {
     use super::*;
     use crate::layout::FlatLayout;
-    use crate::ops::request::Transfer;
-    use crate::ops::SymmBuf;
 
     #[test]
     fn a_provider_without_ops_refuses_each_by_name() {
@@ -127,7 +133,7 @@ mod tests {
                 pads,
                 timeout: std::time::Duration::from_secs(1),
                 stream: 0,
-                engine: crate::ops::Engine::Auto,
+                engine: Engine::Auto,
                 peers: crate::peer_watch::PeerSet::NONE,
             };
             // SAFETY: the refusing implementation touches no memory.

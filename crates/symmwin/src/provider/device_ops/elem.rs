@@ -98,6 +98,29 @@ pub unsafe fn store(elem: ElemType, base: usize, i: usize, v: f64) {
     }
 }
 
+/// Add the `acc.len()` elements of type `elem` at `base` to `acc`, element by element:
+/// one row of a host reduction.
+///
+/// # Safety
+/// `base` must be readable for `acc.len() * elem.size()` bytes.
+pub(crate) unsafe fn accumulate_row(elem: ElemType, acc: &mut [f64], base: usize) {
+    for (i, a) in acc.iter_mut().enumerate() {
+        // SAFETY: element i lies in the caller's readable row.
+        *a += unsafe { load(elem, base, i) };
+    }
+}
+
+/// Store `acc` as `acc.len()` elements of type `elem` at `base`.
+///
+/// # Safety
+/// `base` must be writable for `acc.len() * elem.size()` bytes.
+pub(crate) unsafe fn store_row(elem: ElemType, acc: &[f64], base: usize) {
+    for (i, &a) in acc.iter().enumerate() {
+        // SAFETY: element i lies in the caller's writable row.
+        unsafe { store(elem, base, i, a) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::layout::FlatLayout;
+use crate::layout::{FlatLayout, TileRows};
 use crate::provider::{PadLayout, SignalAt, StreamHandle};
 
 use super::Engine;
@@ -172,13 +172,17 @@ pub struct Tile {
 impl Tile {
     /// Bytes from the first element to one past the last (0 for an empty tile).
     pub fn extent_bytes(&self) -> Option<usize> {
-        if self.rows == 0 || self.cols == 0 {
-            return Some(0);
+        self.row_layout().extent_bytes()
+    }
+
+    /// Its rows as byte ranges from the first element.
+    pub(crate) fn row_layout(&self) -> TileRows {
+        TileRows {
+            rows: self.rows,
+            cols: self.cols,
+            row_stride: self.row_stride,
+            elem_size: self.elem.size(),
         }
-        (self.rows - 1)
-            .checked_mul(self.row_stride)?
-            .checked_add(self.cols)?
-            .checked_mul(self.elem.size())
     }
 }
 
