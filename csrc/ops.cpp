@@ -29,8 +29,9 @@ using Handle = c10::intrusive_ptr<sm::SymmetricMemory>;
 // put/get/put_with_signal name no group: as in torch, peers are world ranks.
 constexpr const char* kWorldGroup = "0";
 
-// Engine code of SymmwinOpOptions for ops on this thread (0: SYMMWIN_OPS_ENGINE).
-thread_local int64_t engine_override = 0;
+// Engine of SymmwinOpOptions for ops on this thread: the one place this setting lives
+// (torch.ops.symmwin._set_engine / _get_engine; symmwin.ops names the codes).
+thread_local int64_t engine_override = SYMMWIN_ENGINE_DEFAULT;
 
 // The backend's error translation: symmwin's own timeouts (and every call after a
 // device wait trapped) raise symmwin.TimeoutError, any other failure a RuntimeError.
@@ -241,12 +242,7 @@ void check_var(
   check_var_placement(op, splits_name, input, out, splits, out_splits_offsets);
   check_var_types(op, input, out, splits, out_splits_offsets);
   check_var_tables(op, v, splits, out_splits_offsets);
-  TORCH_CHECK(
-      v.shape != SYMMWIN_A2A_DISPATCH || v.major_align > 0,
-      "symmwin.",
-      op,
-      ": major_align must be positive, not ",
-      v.major_align);
+  // major_align and the tables' lengths (which depend on the group) are the core's.
 }
 
 void all_to_all_v(
@@ -399,16 +395,13 @@ void get(const at::Tensor& tensor, int64_t peer) {
 // pass `hdl.get_signal_pad(rank)`), or a symmetric tensor of its own.
 Bound bind_sigpad(const Bound& data, const at::Tensor& sigpad, const char* op) {
   const SymmwinWindow* window = data.operand.window;
-  SymmwinWindowInfo info{};
-  check(op, symmwin_window_info(window, &info));
-  void* pad_ptr = nullptr;
-  check(op, symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, info.rank, &pad_ptr));
-  const auto pad = reinterpret_cast<uintptr_t>(pad_ptr);
-  const auto ptr = reinterpret_cast<uintptr_t>(sigpad.data_ptr());
-  if (pad != 0 && ptr >= pad && ptr + bytes(sigpad) <= pad + info.pad_size) {
-    return {data.handle, data.owned, SymmwinOperand{window, ptr - pad, bytes(sigpad), 1}};
+  size_t offset = 0;
+  const auto status = symmwin_window_pad_offset(window, sigpad.data_ptr(), bytes(sigpad), &offset);
+  if (status == SYMMWIN_NOT_FOUND) {
+    return bind_existing(sigpad, op, "sigpad", bytes(sigpad));
   }
-  return bind_existing(sigpad, op, "sigpad", bytes(sigpad));
+  check(op, status);
+  return {data.handle, data.owned, SymmwinOperand{window, offset, bytes(sigpad), 1}};
 }
 
 void put_with_signal(
@@ -606,7 +599,10 @@ void multi_root_tile_reduce(
 }
 
 void set_engine(int64_t code) {
-  TORCH_CHECK(code >= 0 && code <= 3, "symmwin: unknown engine code ", code);
+  TORCH_CHECK(
+      code >= SYMMWIN_ENGINE_DEFAULT && code <= SYMMWIN_ENGINE_COPY_ENGINE,
+      "symmwin: unknown engine code ",
+      code);
   engine_override = code;
 }
 

@@ -559,11 +559,9 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
       int device_idx,
       const std::optional<std::string>& group_name) override {
     void* ptr = nullptr;
-    check(symmwin_alloc(symmwin_device(device_idx), size, &ptr));
-    if (group_name) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      alloc_groups_[reinterpret_cast<uintptr_t>(ptr)] = *group_name;
-    }
+    // The core remembers the group (rendezvous below asks it when torch passes none).
+    check(symmwin_alloc_for_group(
+        symmwin_device(device_idx), size, group_name ? group_name->c_str() : nullptr, &ptr));
     return ptr;
   }
 
@@ -571,10 +569,6 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     // torch's registry may outlive the core's state at exit.
     if (sm::is_finalizing()) {
       return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      alloc_groups_.erase(reinterpret_cast<uintptr_t>(ptr));
     }
     // Called from tensor deleters, which must not throw.
     if (symmwin_free(ptr) != SYMMWIN_OK) {
@@ -616,7 +610,7 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     check(found);
     // torch passes no group when the tensor was allocated for one
     // (empty_strided_p2p(group_name=...) then rendezvous(tensor)).
-    const std::string group = group_name.value_or(alloc_group(alloc.base));
+    const std::string group = group_name ? *group_name : alloc_group(ptr);
     ensure_group(group, alloc.device);
     SymmwinWindow* window = nullptr;
     const auto status = without_gil([&] {
@@ -670,18 +664,20 @@ class SymmwinAllocator final : public sm::SymmetricMemoryAllocator {
     }
   }
 
-  // The group an allocation was made for, else torch's default (the world group).
-  std::string alloc_group(uintptr_t base) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = alloc_groups_.find(base);
-    return it == alloc_groups_.end() ? kWorldGroup : it->second;
+  // The group an allocation was made for, as the core recorded it; else torch's
+  // default (the world group).
+  static std::string alloc_group(void* ptr) {
+    char name[256];
+    const auto status = symmwin_alloc_group(ptr, name, sizeof(name));
+    if (status == SYMMWIN_NOT_FOUND) {
+      return kWorldGroup;
+    }
+    check(status);
+    return name;
   }
 
   const c10::DeviceType type_;
   const std::string name_;
-  std::mutex mutex_;
-  // Only allocations made for a named group (empty_strided_p2p with group_name).
-  std::map<uintptr_t, std::string> alloc_groups_;
 };
 
 // ---------------------------------------------------------------------------
@@ -751,23 +747,16 @@ py::tuple flat_layout(sm::SymmetricMemory& handle) {
     // still reserved). Nothing to check: our buffer pointers are the core's.
     return py::make_tuple(ours->info().base, ours->info().stride);
   }
-  // Another backend's handle: its pointers must be evenly spaced to be one span.
+  // Another backend's handle: the core checks that its pointers are one span.
   const auto ptrs = handle.get_buffer_ptrs();
-  const auto base = reinterpret_cast<uintptr_t>(ptrs.at(0));
+  uintptr_t base = 0;
   uintptr_t stride = 0;
-  if (ptrs.size() > 1) {
-    stride = reinterpret_cast<uintptr_t>(ptrs[1]) - base;
+  const auto status = symmwin_flat_layout(
+      const_cast<const void* const*>(ptrs.data()), ptrs.size(), &base, &stride);
+  if (status == SYMMWIN_INVALID_ARGUMENT) {
+    throw py::value_error(symmwin_last_error());
   }
-  for (size_t r = 0; r < ptrs.size(); ++r) {
-    // Null entries are ranks on another host: not mapped, nothing to check.
-    if (ptrs[r] != nullptr && reinterpret_cast<uintptr_t>(ptrs[r]) != base + r * stride) {
-      throw py::value_error(
-          "flat_layout: buffer pointers are not evenly spaced (rank " +
-          std::to_string(r) + " is at " +
-          std::to_string(reinterpret_cast<uintptr_t>(ptrs[r])) + ", expected " +
-          std::to_string(base + r * stride) + ")");
-    }
-  }
+  check(status);
   return py::make_tuple(base, stride);
 }
 
@@ -908,6 +897,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [] { return std::string(symmwin_version()); },
       "The core's version and the git commit it was built from.");
   def_timeout_error(m);
+  m.def(
+      "engines",
+      [] {
+        return std::map<std::string, int>{
+            {"default", SYMMWIN_ENGINE_DEFAULT},
+            {"auto", SYMMWIN_ENGINE_AUTO},
+            {"sm", SYMMWIN_ENGINE_SM},
+            {"copy_engine", SYMMWIN_ENGINE_COPY_ENGINE}};
+      },
+      "Engine name -> code of the ops' engine setting (the C header's SYMMWIN_ENGINE_*).");
   m.def(
       "allocation_count",
       &symmwin_allocation_count,

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _C
+
 __all__ = [
     "all_to_all_vdev",
     "all_to_all_vdev_2d",
@@ -52,7 +54,8 @@ __all__ = [
     "get_engine",
 ]
 
-_ENGINES = {"default": 0, "auto": 1, "sm": 2, "copy_engine": 3}
+# Engine name -> code, from the C header's SYMMWIN_ENGINE_* constants.
+_ENGINES: dict[str, int] = _C.engines()
 _NAMES = {code: name for name, code in _ENGINES.items()}
 
 _ops = torch.ops.symmwin

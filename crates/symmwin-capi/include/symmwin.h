@@ -14,9 +14,9 @@
  * adapter compiled against one header refuses a library of another
  * (`symmwin_abi_version`). 2: ranks, roots and peers are `int64_t`,
  * `symmwin_op_all_to_all` takes the element size, `symmwin_op_wait_for_signal` a
- * group.
+ * group. 3: `SymmwinRemote` posts and waits (the core owns the transport policy).
  */
-#define SYMMWIN_ABI_VERSION 2
+#define SYMMWIN_ABI_VERSION 3
 
 /**
  * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
@@ -34,6 +34,26 @@
  * `symmwin_window_table_dev` table: `int[world]`, global rank of every group rank.
  */
 #define SYMMWIN_GLOBAL_RANKS 2
+
+/**
+ * `SymmwinOpOptions::engine`: the process default (`SYMMWIN_OPS_ENGINE`, else auto).
+ */
+#define SYMMWIN_ENGINE_DEFAULT 0
+
+/**
+ * `SymmwinOpOptions::engine`: per size, SM kernels or the copy engine.
+ */
+#define SYMMWIN_ENGINE_AUTO 1
+
+/**
+ * `SymmwinOpOptions::engine`: SM kernels.
+ */
+#define SYMMWIN_ENGINE_SM 2
+
+/**
+ * `SymmwinOpOptions::engine`: peer copies on the copy engine (no SM).
+ */
+#define SYMMWIN_ENGINE_COPY_ENGINE 3
 
 /**
  * `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
@@ -71,14 +91,41 @@
 #define SYMMWIN_ELEM_BF16 3
 
 /**
- * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from us to the peer.
+ * `SymmwinMessage::direction`: from us to the peer.
  */
 #define SYMMWIN_SEND 0
 
 /**
- * `SymmwinFlag::direction` / `SymmwinTransfer::direction`: from the peer to us.
+ * `SymmwinMessage::direction`: from the peer to us.
  */
 #define SYMMWIN_RECV 1
+
+/**
+ * `SymmwinRemote::post`'s `memory`: host memory, one work per message.
+ */
+#define SYMMWIN_MEMORY_HOST 0
+
+/**
+ * `SymmwinRemote::post`'s `memory`: device memory, the batch as one group on the
+ * current stream, its work in the last slot (the others NULL).
+ */
+#define SYMMWIN_MEMORY_DEVICE 1
+
+/**
+ * A callback succeeded.
+ */
+#define SYMMWIN_REMOTE_OK 0
+
+/**
+ * A callback failed and the backend's error type says the connection is gone
+ * (c10d's `DistNetworkError`).
+ */
+#define SYMMWIN_REMOTE_BROKEN 1
+
+/**
+ * A callback failed with any other error (the core tells a timeout by the clock).
+ */
+#define SYMMWIN_REMOTE_FAILED 2
 
 /**
  * `symmwin_window_signal`: signal every rank, then wait for every rank (`peer` is not
@@ -314,8 +361,7 @@ typedef struct {
  */
 typedef struct {
   /**
-   * 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
-   * 3: copy engine.
+   * One of `SYMMWIN_ENGINE_*`.
    */
   int engine;
   /**
@@ -329,7 +375,7 @@ typedef struct {
 } SymmwinOpOptions;
 
 /**
- * One flag message of a signal operation (the callee owns the 4-byte buffers).
+ * One message of a batch.
  */
 typedef struct {
   /**
@@ -344,7 +390,17 @@ typedef struct {
    * Message tag, the same on both sides.
    */
   int tag;
-} SymmwinFlag;
+  /**
+   * The bytes (device memory of the group's device, or host memory, as `post`'s
+   * `memory` says); NULL for a flag: a 4-byte buffer of zeros the callee supplies
+   * and keeps with the work.
+   */
+  void *ptr;
+  /**
+   * Number of bytes (0 for a flag).
+   */
+  size_t len;
+} SymmwinMessage;
 
 /**
  * What a failing callback reports.
@@ -355,50 +411,17 @@ typedef struct {
    */
   int peer;
   /**
-   * Non-zero when the backend gave up waiting rather than losing the peer.
-   */
-  int timed_out;
-  /**
    * The backend's message, NUL-terminated.
    */
   char message[512];
 } SymmwinRemoteError;
 
 /**
- * One data transfer of a device operation (the caller owns the buffer).
- */
-typedef struct {
-  /**
-   * Group rank of the peer.
-   */
-  int peer;
-  /**
-   * `SYMMWIN_SEND` or `SYMMWIN_RECV`.
-   */
-  int direction;
-  /**
-   * Message tag, the same on both sides.
-   */
-  int tag;
-  /**
-   * The bytes (device memory of the window's device, or host memory).
-   */
-  void *ptr;
-  /**
-   * Number of bytes.
-   */
-  size_t len;
-} SymmwinTransfer;
-
-/**
- * Process-group callbacks for peers that are not mapped. Called from the thread
- * that calls the window operation; `release` is called once, last.
- *
- * `flags`: post every send (it may complete after return; a later failure of it is
- * reported by the next call, and a call with `n == 0` only collects such a report)
- * and complete every receive (host memory: before return; CUDA: ordered on `stream`).
- * `transfer`: run every send and receive as one batch, complete before return (host)
- * or ordered on `stream` (CUDA).
+ * The group's process group, for peers that are not mapped. The callbacks may be
+ * called from any thread (the core waits for flag sends on threads of its own);
+ * `release` is called once, last. Every callback but `release_work` and `release`
+ * returns `SYMMWIN_REMOTE_OK`, or another `SYMMWIN_REMOTE_*` code after filling
+ * `error`.
  */
 typedef struct {
   /**
@@ -406,25 +429,43 @@ typedef struct {
    */
   void *ctx;
   /**
-   * Flag messages of barrier / put_signal / wait_signal: `ops[0..n]`, the wait
-   * bound, the CUDA stream (NULL for host memory) and where to report a failure.
-   * Returns 0 on success.
+   * Non-zero when the process group moves device memory itself (NCCL); else the
+   * core stages device messages through host memory.
    */
-  int (*flags)(void *ctx,
-               const SymmwinFlag *ops,
-               size_t n,
-               uint64_t timeout_ms,
-               void *stream,
-               SymmwinRemoteError *error);
+  int moves_device_memory;
   /**
-   * Data transfers of device operations, called as `flags` is.
+   * Post `msgs[0..n]` (`memory`: `SYMMWIN_MEMORY_*`), writing the work of each
+   * message into `works[i]` (NULL where a later slot holds it).
    */
-  int (*transfer)(void *ctx,
-                  const SymmwinTransfer *ops,
-                  size_t n,
-                  uint64_t timeout_ms,
-                  void *stream,
-                  SymmwinRemoteError *error);
+  int (*post)(void *ctx,
+              const SymmwinMessage *msgs,
+              size_t n,
+              int memory,
+              void **works,
+              SymmwinRemoteError *error);
+  /**
+   * Wait for `work`, at most `timeout_ms` (0: the process group's own timeout);
+   * device work: the current stream waits. `work` stays the caller's.
+   */
+  int (*wait)(void *ctx, void *work, uint64_t timeout_ms, SymmwinRemoteError *error);
+  /**
+   * Release a work from `post` (once, after its last wait).
+   */
+  void (*release_work)(void *ctx, void *work);
+  /**
+   * Wait until the work on `stream` so far has completed.
+   */
+  int (*synchronize)(void *ctx, void *stream, SymmwinRemoteError *error);
+  /**
+   * Copy `len` bytes from `src` to `dst`: host to device (on the current stream)
+   * when `to_device` is non-zero, else device to host (complete on return).
+   */
+  int (*copy)(void *ctx,
+              void *dst,
+              const void *src,
+              size_t len,
+              int to_device,
+              SymmwinRemoteError *error);
   /**
    * Free `ctx`.
    */
@@ -639,6 +680,27 @@ SymmwinStatus symmwin_probe_json(char *buf, size_t len, size_t *needed);
 size_t symmwin_allocation_count(void);
 
 /**
+ * Allocate as `symmwin_alloc` does, for group `group` (NULL: for no group in
+ * particular); `symmwin_alloc_group` answers it for every pointer inside.
+ *
+ * # Safety
+ * `group` is NULL or a NUL-terminated string; `out` is NULL or points to writable
+ * storage for the result.
+ */
+SymmwinStatus symmwin_alloc_for_group(int device, size_t size, const char *group, void **out);
+
+/**
+ * Write the name of the group the allocation covering `ptr` was made for into `buf`
+ * (`len` bytes, NUL-terminated). `SYMMWIN_NOT_FOUND` when `ptr` is not inside a
+ * live allocation or it was made for no group.
+ *
+ * # Safety
+ * `buf` is NULL or has room for `len` bytes. `ptr` is only compared with live
+ * allocations, never read.
+ */
+SymmwinStatus symmwin_alloc_group(const void *ptr, char *buf, size_t len);
+
+/**
  * Set the hook every host wait calls at least every 50 ms, on the waiting thread:
  * nonzero ends the wait with `SYMMWIN_INTERRUPTED`. NULL removes it.
  *
@@ -647,6 +709,30 @@ size_t symmwin_allocation_count(void);
  * until replaced), may be called from any thread that waits, and never unwinds.
  */
 SymmwinStatus symmwin_set_interrupt_check(int32_t (*check)(void));
+
+/**
+ * The flat layout of `n` buffer pointers of any backend's handle (NULL entries:
+ * ranks not mapped): `*base` and `*stride` with `ptrs[r] == base + r * stride`.
+ * `SYMMWIN_INVALID_ARGUMENT` when they are not evenly spaced.
+ *
+ * # Safety
+ * `ptrs` is NULL or points to `n` readable pointers; `base` and `stride` are NULL
+ * or point to writable storage.
+ */
+SymmwinStatus symmwin_flat_layout(const void *const *ptrs, size_t n, size_t *base, size_t *stride);
+
+/**
+ * Where `[ptr, ptr + len)` lies in this rank's signal pad of `w`: its byte offset
+ * there, `SYMMWIN_NOT_FOUND` when it is not inside the pad (or `w` has none).
+ *
+ * # Safety
+ * `w` is NULL or a window not yet released; `offset` is NULL or points to writable
+ * storage. `ptr` is only compared, never read.
+ */
+SymmwinStatus symmwin_window_pad_offset(const SymmwinWindow *w,
+                                        const void *ptr,
+                                        size_t len,
+                                        size_t *offset);
 
 /**
  * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`), both

@@ -32,7 +32,9 @@ mod window;
 
 mod diagnostics;
 
+mod alloc_group;
 mod interrupt;
+mod layout;
 
 mod ops;
 

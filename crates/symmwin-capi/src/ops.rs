@@ -38,14 +38,22 @@ pub struct SymmwinOperand {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct SymmwinOpOptions {
-    /// 0: the process default (`SYMMWIN_OPS_ENGINE`), 1: auto, 2: SM kernels,
-    /// 3: copy engine.
+    /// One of `SYMMWIN_ENGINE_*`.
     pub engine: c_int,
     /// Wait limit in milliseconds; 0 uses the configured timeout.
     pub timeout_ms: u64,
     /// CUDA stream (ignored for host memory).
     pub stream: *mut c_void,
 }
+
+/// `SymmwinOpOptions::engine`: the process default (`SYMMWIN_OPS_ENGINE`, else auto).
+pub const SYMMWIN_ENGINE_DEFAULT: c_int = 0;
+/// `SymmwinOpOptions::engine`: per size, SM kernels or the copy engine.
+pub const SYMMWIN_ENGINE_AUTO: c_int = 1;
+/// `SymmwinOpOptions::engine`: SM kernels.
+pub const SYMMWIN_ENGINE_SM: c_int = 2;
+/// `SymmwinOpOptions::engine`: peer copies on the copy engine (no SM).
+pub const SYMMWIN_ENGINE_COPY_ENGINE: c_int = 3;
 
 /// `symmwin_op_all_to_all_v` shape: torch's `all_to_all_vdev`.
 pub const SYMMWIN_A2A_FLAT: c_int = 0;
@@ -85,10 +93,10 @@ unsafe fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
         return Ok(OpOptions::default());
     };
     let engine = match o.engine {
-        0 => None,
-        1 => Some(Engine::Auto),
-        2 => Some(Engine::Sm),
-        3 => Some(Engine::CopyEngine),
+        SYMMWIN_ENGINE_DEFAULT => None,
+        SYMMWIN_ENGINE_AUTO => Some(Engine::Auto),
+        SYMMWIN_ENGINE_SM => Some(Engine::Sm),
+        SYMMWIN_ENGINE_COPY_ENGINE => Some(Engine::CopyEngine),
         other => {
             return Err(symmwin::Error::invalid(format!(
                 "unknown engine code {other}"
@@ -100,10 +108,6 @@ unsafe fn options(opts: *const SymmwinOpOptions) -> symmwin::Result<OpOptions> {
         timeout: (o.timeout_ms > 0).then(|| Duration::from_millis(o.timeout_ms)),
         stream: o.stream as usize,
     })
-}
-
-fn count(v: i64, what: &str) -> symmwin::Result<usize> {
-    usize::try_from(v).map_err(|_| symmwin::Error::invalid(format!("{what} {v} is negative")))
 }
 
 fn ok(r: symmwin::Result<()>) -> symmwin::Result<SymmwinStatus> {
@@ -160,16 +164,14 @@ pub unsafe extern "C" fn symmwin_op_all_to_all_v(
     guard(|| {
         let shape = match shape {
             SYMMWIN_A2A_FLAT => Shape::Flat,
-            SYMMWIN_A2A_DISPATCH => {
-                if major_align <= 0 {
-                    return Err(symmwin::Error::invalid(format!(
+            // The core checks the value; a negative one does not even convert.
+            SYMMWIN_A2A_DISPATCH => Shape::Dispatch {
+                major_align: usize::try_from(major_align).map_err(|_| {
+                    symmwin::Error::invalid(format!(
                         "major_align must be positive, not {major_align}"
-                    )));
-                }
-                Shape::Dispatch {
-                    major_align: count(major_align, "major_align")?,
-                }
-            }
+                    ))
+                })?,
+            },
             SYMMWIN_A2A_COMBINE => Shape::Combine,
             other => {
                 return Err(symmwin::Error::invalid(format!(

@@ -103,6 +103,9 @@ pub use provider::{
 };
 pub use registry::Registry;
 pub use rendezvous::PhaseTimes;
+pub use signal::process_group::{
+    LinkFailure, Message, MessageMemory, ProcessGroupLink, ProcessGroupPeers,
+};
 pub use signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
 pub use signal::{SignalOptions, Stream, DEFAULT_PAD_SIZE};
 pub use store::{FileStore, MemoryStore, Store};

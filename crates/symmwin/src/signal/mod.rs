@@ -3,6 +3,7 @@
 
 mod options;
 pub(crate) mod pad_pool;
+pub mod process_group;
 pub mod remote;
 
 pub use options::{SignalOptions, Stream};

@@ -280,9 +280,7 @@ fn check_var_geometry(args: &VarArgs, world: usize, shape: Shape, in_table: usiz
     if shape == Shape::Flat && experts != 1 {
         return Err(Error::invalid("all_to_all_vdev has one split per rank"));
     }
-    if let Shape::Dispatch { major_align: 0 } = shape {
-        return Err(Error::invalid("major_align must be positive"));
-    }
+    // major_align and the tables' lengths were checked with the arguments (ops::collective).
     let rows = &args.rows;
     if rows.row_bytes == 0 {
         return Err(Error::invalid(
@@ -296,14 +294,10 @@ fn check_var_geometry(args: &VarArgs, world: usize, shape: Shape, in_table: usiz
         return Err(Error::invalid("rows reach past the input or out operand"));
     }
     let table = |n: usize| n * std::mem::size_of::<i64>();
-    if args.in_splits.room < table(in_table) || args.in_splits.len < table(in_table) {
+    // Every peer reads this rank's table in full: its room, not only its length.
+    if args.in_splits.room < table(in_table) {
         return Err(Error::invalid(
             "the input split table is shorter than the op reads",
-        ));
-    }
-    if args.out_splits_offsets.len < table(2 * world * experts) {
-        return Err(Error::invalid(
-            "out_splits_offsets is shorter than the op writes",
         ));
     }
     Ok(())
