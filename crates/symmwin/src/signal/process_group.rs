@@ -263,22 +263,27 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
             outcomes
         });
         // A failure in the last tenth of the bound is the deadline's (or a consequence
-        // of another wait's timeout at it).
+        // of another wait's timeout at it). The first failure of the most telling kind
+        // is reported: a broken connection (the peer's process is gone) before any
+        // other early failure (gloo closes a live peer's connections once it fails
+        // itself), and both before a timeout.
         let late_after = bound - bound / 10;
-        let mut lost_peer: Option<RemoteFailure> = None;
-        let mut late: Option<RemoteFailure> = None;
+        let mut by_kind: [Option<RemoteFailure>; 3] = [None, None, None];
         for (peer, (result, elapsed)) in outcomes {
             let Err(f) = result else { continue };
             let timed_out = !f.broken && elapsed >= late_after;
-            let failure = RemoteFailure {
+            let kind = match (f.broken, timed_out) {
+                (true, _) => 0,
+                (false, false) => 1,
+                (false, true) => 2,
+            };
+            by_kind[kind].get_or_insert(RemoteFailure {
                 peer: f.peer.or(Some(peer)),
                 timed_out,
                 message: f.message,
-            };
-            let slot = if timed_out { &mut late } else { &mut lost_peer };
-            slot.get_or_insert(failure);
+            });
         }
-        match lost_peer.or(late) {
+        match by_kind.into_iter().flatten().next() {
             Some(f) => Err(f),
             None => Ok(()),
         }
