@@ -105,12 +105,17 @@ def spanning_remote_timeout(ctx):
 
 
 def _until_killed(ctx, call, keep) -> dict:
-    """`call(i)` in a loop; rank ctx.args["victim"] is killed in the middle of it. The
-    survivors' call raises, naming the victim: the iteration and the message."""
+    """`call(i)` in a loop; rank ctx.args["victim"] is killed in the middle of it (or,
+    with ctx.args["stop"], stopped: it is alive but never answers, and rank 0 kills it
+    once it has its own result). The survivors' call raises, naming the victim: the
+    iteration and the message."""
     victim = ctx.args["victim"]
+    pids = [None] * ctx.world
+    dist.all_gather_object(pids, os.getpid())
+    how = signal.SIGSTOP if ctx.args.get("stop") else signal.SIGKILL
     for i in range(1000):
         if ctx.rank == victim and i == 20:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), how)
         try:
             call(i)
         except RuntimeError as e:
@@ -118,6 +123,8 @@ def _until_killed(ctx, call, keep) -> dict:
             # survivor that exits at once closes its connections, and a peer still
             # waiting would then rightly name it (another rank gone).
             time.sleep(ctx.args.get("linger", 0))
+            if how == signal.SIGSTOP and ctx.rank == 0:
+                os.kill(pids[victim], signal.SIGKILL)
             # Survivors leave the group to interpreter teardown: it has a dead rank.
             ctx.keep.extend(keep)
             return {"iteration": i, "message": str(e)}

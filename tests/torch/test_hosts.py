@@ -77,6 +77,29 @@ def test_rank_killed_mid_barrier_or_op_is_named_on_both_hosts(scenario, namespac
         assert re.search(rf"\b{victim}\b", r["message"]), f"rank {rank}: {r['message']}"
 
 
+@pytest.mark.parametrize("scenario", ["spanning_kill", "spanning_ops_kill"], ids=["barrier", "all_to_all"])
+def test_rank_stopped_mid_barrier_or_op_is_named_on_both_hosts(scenario):
+    """A SIGSTOPped rank is alive but never answers: its local peer waits for it on the
+    pads and the other host's ranks wait for both through the process group. Every
+    survivor's error names the stopped rank (before, in all_to_all the other host named
+    only the live rank that was itself waiting for it)."""
+    victim = 3
+    results = run_world(
+        4,
+        f"scenarios_hosts.{scenario}",
+        args={"hosts": TWO_HOSTS, "victim": victim, "linger": 3, "stop": True},
+        env={"SYMMWIN_TIMEOUT_MS": "2000"},
+        hosts=TWO_HOSTS,
+        may_die=(victim,),
+        timeout=120,
+    )
+    for rank, r in enumerate(results):
+        if rank == victim:
+            continue
+        assert r is not None, f"rank {rank} gave no result"
+        assert re.search(rf"\b{victim}\b", r["message"]), f"rank {rank}: {r['message']}"
+
+
 def _check_gpu(results, hosts):
     for rank, r in enumerate(results):
         assert r["direct"] == [p for p in range(len(hosts)) if hosts[p] == hosts[rank]]

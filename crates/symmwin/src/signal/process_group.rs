@@ -116,6 +116,7 @@ fn lost(f: LinkFailure) -> RemoteFailure {
         peer: f.peer,
         timed_out: false,
         message: f.message,
+        also_waited_for: Vec::new(),
     }
 }
 
@@ -192,11 +193,13 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
                 peer: Some(peer),
                 timed_out: false,
                 message: format!("cannot start the thread that completes sends: {e}"),
+                also_waited_for: Vec::new(),
             })?;
         tx.send(work).map_err(|_| RemoteFailure {
             peer: Some(peer),
             timed_out: false,
             message: "the thread that completes sends ended at once".into(),
+            also_waited_for: Vec::new(),
         })?;
         completers.insert(peer, tx);
         Ok(())
@@ -277,11 +280,21 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
                 (false, false) => 1,
                 (false, true) => 2,
             };
-            by_kind[kind].get_or_insert(RemoteFailure {
-                peer: f.peer.or(Some(peer)),
-                timed_out,
-                message: f.message,
-            });
+            let peer = f.peer.unwrap_or(peer);
+            match &mut by_kind[kind] {
+                // Every peer a timeout waited for is named: a live one may be late
+                // only because it waits for another (stopped) one.
+                Some(first) if timed_out => first.also_waited_for.push(peer),
+                Some(_) => {}
+                slot @ None => {
+                    *slot = Some(RemoteFailure {
+                        peer: Some(peer),
+                        timed_out,
+                        message: f.message,
+                        also_waited_for: Vec::new(),
+                    })
+                }
+            }
         }
         match by_kind.into_iter().flatten().next() {
             Some(f) => Err(f),

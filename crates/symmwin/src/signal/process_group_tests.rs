@@ -174,6 +174,22 @@ fn a_failure_another_waits_timeout_causes_is_not_a_lost_peer() {
 }
 
 #[test]
+fn a_timeout_names_every_peer_it_waited_for() {
+    // Rank 2 is stopped and rank 1, alive, waits for it: both are late here, and the
+    // error must name both (naming only the first would blame the live one).
+    let (p, _) = peers(false, false, |_| Outcome::Late);
+    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
+    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
+    assert_eq!((f.peer, f.timed_out), (Some(1), true));
+    assert_eq!(f.also_waited_for, vec![2]);
+    let error = crate::signal::remote::failure(f, Duration::from_millis(30));
+    assert!(
+        matches!(error.kind(), crate::error::ErrorKind::Timeout { missing, .. } if missing == &[1, 2]),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_failure_at_the_deadline_is_a_timeout() {
     let (p, _) = peers(false, false, |_| Outcome::Late);
     let f = p

@@ -58,6 +58,9 @@ pub struct RemoteFailure {
     pub timed_out: bool,
     /// The backend's own message.
     pub message: String,
+    /// For a timeout: the other peers the same wait timed out on (a live peer may be
+    /// late only because it waits for one of them), so that the error names them all.
+    pub also_waited_for: Vec<usize>,
 }
 
 /// The group's process-group backend, for peers that are not mapped.
@@ -118,7 +121,7 @@ pub(crate) fn data_tag(index: usize) -> Result<u32> {
 pub(crate) fn failure(f: RemoteFailure, waited: Duration) -> Error {
     let kind = match (f.timed_out, f.peer) {
         (true, Some(peer)) => ErrorKind::Timeout {
-            missing: vec![peer],
+            missing: std::iter::once(peer).chain(f.also_waited_for).collect(),
             waited,
         },
         (_, Some(peer)) => ErrorKind::PeerLost(format!(
@@ -330,6 +333,7 @@ mod tests {
                     peer: Some(3),
                     timed_out: false,
                     message: "reset".into(),
+                    also_waited_for: Vec::new(),
                 },
                 Duration::ZERO,
             ))
@@ -349,6 +353,7 @@ mod tests {
                 peer: Some(3),
                 timed_out: false,
                 message: "Connection closed by peer".into(),
+                also_waited_for: Vec::new(),
             },
             Duration::from_secs(1),
         );
@@ -359,6 +364,7 @@ mod tests {
                 peer: Some(2),
                 timed_out: true,
                 message: String::new(),
+                also_waited_for: Vec::new(),
             },
             Duration::from_secs(1),
         );

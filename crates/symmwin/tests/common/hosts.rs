@@ -65,6 +65,7 @@ impl MailboxPeers {
                     peer: Some(from),
                     timed_out: true,
                     message: "no message".into(),
+                    also_waited_for: Vec::new(),
                 });
             }
             queues = self.mailbox.arrived.wait_timeout(queues, left).unwrap().0;
