@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything for a GPU machine in one call (docs/gpu.md), from the wheel: the core
+# Everything for a GPU machine in one run (docs/gpu.md), from the wheel: the core
 # checks, a 10,000-cycle rendezvous soak at world 2, the GPU test suite and the
 # latency/memory part of bench/compare.py.
 # Usage: scripts/gpu_all.sh WHEEL OUT_DIR

@@ -12,7 +12,7 @@
 #   comparison with torch's NVSHMEM ops where two GPUs are present), hosts (groups
 #   spanning hosts: tests/torch/test_hosts.py on CUDA tensors), moe
 #   (examples/moe: one rank, then two under torchrun), bench.
-#   Default: rust gpu generic moe bench; stages may be run one per call.
+#   Default: rust gpu generic moe bench; name one or more to run only those.
 # Environment: BENCH=full runs the whole benchmark (every size, 5 repeats).
 #   OPS_K narrows the pytest stages to tests matching a pytest -k expression, e.g.
 #   OPS_K='not 4 and not 8' keeps worlds 1 to 3 (a short first pass on one GPU).
