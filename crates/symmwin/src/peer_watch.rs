@@ -153,13 +153,7 @@ impl PeerSet {
         phase: crate::error::Phase,
         rank: usize,
     ) -> Option<crate::error::Error> {
-        let exit = self.exited(rank)?;
-        let kind = crate::error::ErrorKind::PeerExited {
-            rank,
-            pid: exit.pid,
-            how: exit.how,
-        };
-        Some(crate::error::Error::new(phase, kind).with_peer(rank))
+        Some(exit_error(phase, rank, self.exited(rank)?))
     }
 }
 
@@ -330,15 +324,19 @@ pub(crate) fn first_exited(
     phase: crate::error::Phase,
     peers: impl IntoIterator<Item = (usize, u32)>,
 ) -> Option<crate::error::Error> {
-    peers.into_iter().find_map(|(rank, pid)| {
-        let exit = exit_of(pid)?;
-        let kind = crate::error::ErrorKind::PeerExited {
-            rank,
-            pid,
-            how: exit.how,
-        };
-        Some(crate::error::Error::new(phase, kind).with_peer(rank))
-    })
+    peers
+        .into_iter()
+        .find_map(|(rank, pid)| Some(exit_error(phase, rank, exit_of(pid)?)))
+}
+
+/// The error of a wait in `phase` for rank `rank`, which ended as `exit` says.
+fn exit_error(phase: crate::error::Phase, rank: usize, exit: PeerExit) -> crate::error::Error {
+    let kind = crate::error::ErrorKind::PeerExited {
+        rank,
+        pid: exit.pid,
+        how: exit.how,
+    };
+    crate::error::Error::new(phase, kind).with_peer(rank)
 }
 
 #[cfg(test)]

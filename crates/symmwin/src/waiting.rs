@@ -3,12 +3,22 @@
 //!
 //! A wait longer than 10 s prints one line on stderr, then one every 30 s, naming what
 //! it waits for and since when ("symmwin rank 0 has waited 30 s for rank(s) [1] in
-//! rendezvous 3 of group "0" (timeout 1800 s)"), so that a long default timeout never
-//! passes in silence. `SYMMWIN_LOG=error` (or `off`) silences it.
+//! the socket trade of rendezvous 3 (timeout 1800 s)"), so that a long default timeout
+//! never passes in silence. `SYMMWIN_LOG=error` (or `off`) silences it.
+//!
+//! The interrupt hook may take Python's GIL, so a wait looks at it only once it has
+//! lasted [`QUIET_START`]: the common, quick wait (a rendezvous whose peers are there)
+//! never calls it.
 
 use std::time::{Duration, Instant};
 
 use crate::error::{Phase, Result};
+
+/// How often a host wait looks at interrupts and at its peers' death marks (what
+/// bounds how soon it ends after either).
+pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// A wait looks at interrupts only from this long on, then at every tick.
+const QUIET_START: Duration = Duration::from_millis(20);
 
 /// The first line after this long.
 const FIRST_REPORT: Duration = Duration::from_secs(10);
@@ -36,11 +46,13 @@ impl Waiting {
         }
     }
 
-    /// Call at least every 50 ms while waiting, with what the wait is for ("for
-    /// rank(s) [1] in rendezvous 3"): fails once the caller interrupted.
+    /// Call at least every [`LOOK_EVERY`] while waiting, with what the wait is for
+    /// ("for rank(s) [1] in rendezvous 3"): fails once the caller interrupted.
     pub(crate) fn tick(&mut self, describe: impl FnOnce() -> String) -> Result<()> {
-        crate::interrupt::check(self.phase).map_err(|e| e.at_rank(self.rank))?;
         let waited = self.started.elapsed();
+        if waited >= QUIET_START {
+            crate::interrupt::check(self.phase).map_err(|e| e.at_rank(self.rank))?;
+        }
         if waited >= self.next_report {
             self.next_report = waited + REPORT_EVERY;
             if reports_on() {

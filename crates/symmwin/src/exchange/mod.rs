@@ -32,9 +32,6 @@ use traded::Sent;
 pub use traded::{Awaited, Outgoing, Traded};
 pub use wire::Offer;
 
-/// How often a wait looks at the death marks of the peers it waits for.
-const DEATH_CHECK: Duration = Duration::from_millis(50);
-
 /// Where one peer listens and what it expects from us.
 #[derive(Debug, Clone)]
 pub struct PeerAddress {
@@ -247,7 +244,7 @@ impl Endpoint {
             // wake often enough to see a peer's death mark within a second.
             let wait = match (&exited, full.is_empty()) {
                 (Some(_), _) => Duration::ZERO,
-                (None, true) => DEATH_CHECK.min(deadline - now),
+                (None, true) => crate::waiting::LOOK_EVERY.min(deadline - now),
                 (None, false) => Duration::from_millis(1).min(deadline - now),
             };
             if self.wait_readable(wait)? {

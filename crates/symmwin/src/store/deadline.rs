@@ -17,9 +17,6 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// How often a wait for a store call looks at interrupts and reports progress.
-const TICK: Duration = Duration::from_millis(50);
-
 /// Idle workers, each waiting on its own queue.
 static IDLE: Mutex<Vec<Sender<Job>>> = Mutex::new(Vec::new());
 
@@ -96,7 +93,10 @@ impl<T> Started<T> {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.result.recv_timeout(left.min(TICK)) {
+            match self
+                .result
+                .recv_timeout(left.min(crate::waiting::LOOK_EVERY))
+            {
                 Ok(value) => {
                     self.back_to_pool();
                     return Ok(Ok(value));

@@ -44,9 +44,6 @@ pub(crate) struct HostWait {
     pub(crate) waiter: (usize, &'static str),
 }
 
-/// How often a host wait looks at its peer's death mark.
-const DEATH_CHECK: Duration = Duration::from_millis(50);
-
 /// Spin (yielding, then sleeping) until `done` or the deadline: `Ok(false)` on timeout,
 /// an error naming the peer once it has ended without `done`. Ranks may outnumber
 /// cores, so the wait gives the peer it waits for a chance to run. The death mark is
@@ -54,7 +51,7 @@ const DEATH_CHECK: Duration = Duration::from_millis(50);
 /// ended fails nothing.
 pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
     let mut spins = 0u32;
-    let mut next_look = Instant::now() + DEATH_CHECK;
+    let mut next_look = Instant::now() + crate::waiting::LOOK_EVERY;
     let timeout = wait.deadline.saturating_duration_since(Instant::now());
     let mut waiting = crate::waiting::Waiting::new(Phase::Signal, wait.waiter.0, timeout);
     while !done() {
@@ -66,7 +63,7 @@ pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Resu
                     return if done() { Ok(true) } else { Err(gone) };
                 }
                 waiting.tick(|| format!("for rank {} in {}", wait.peer, wait.waiter.1))?;
-                next_look = now + DEATH_CHECK;
+                next_look = now + crate::waiting::LOOK_EVERY;
             }
             if now >= wait.deadline {
                 return Ok(false);
