@@ -9,12 +9,6 @@
 //! later one (see `docs/design.md`, "All or nothing"). The notice is authenticated like
 //! every other message, so only the peer process itself can give its call up.
 
-use std::io::IoSlice;
-
-use rustix::io::Errno;
-use rustix::net::{SendAncillaryBuffer, SendFlags, SocketAddrUnix};
-
-use super::transport::check_peer_socket;
 use super::wire::{Message, Offer, Payload, FABRIC_LEN};
 use super::{Endpoint, PeerAddress, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
@@ -144,7 +138,7 @@ impl Endpoint {
             if peer == rank {
                 continue;
             }
-            if let Err(e) = self.send_give_up(group, notice, peers.len(), address) {
+            if let Err(e) = self.send_give_up(group, notice, (peer, peers.len()), address) {
                 tracing::debug!("symmwin rank {rank}: no give-up notice to rank {peer}: {e}");
             }
         }
@@ -155,7 +149,7 @@ impl Endpoint {
         &mut self,
         group: u64,
         notice: GaveUp,
-        world: usize,
+        (peer, world): (usize, usize),
         address: &PeerAddress,
     ) -> Result<()> {
         let beyond = |what: &str| Error::invalid(format!("{what} beyond u32"));
@@ -171,28 +165,19 @@ impl Endpoint {
         };
         let mut buf = [0u8; FABRIC_LEN];
         let bytes = message.encode(&mut buf);
-        check_peer_socket(&address.socket, self.uid)?;
-        let addr = SocketAddrUnix::new(&address.socket)
-            .map_err(|e| Error::os(Phase::Exchange, "socket address", e))?;
         let deadline = std::time::Instant::now() + NOTICE_PATIENCE;
-        loop {
-            let sent = rustix::net::sendmsg_addr(
-                &self.socket,
-                &addr,
-                &[IoSlice::new(bytes)],
-                &mut SendAncillaryBuffer::default(),
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-            );
-            match sent {
-                Ok(_) => {
-                    self.counts.sent += 1;
-                    return Ok(());
-                }
-                Err(Errno::AGAIN) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                Err(e) => return Err(Error::os(Phase::Exchange, "sendmsg", e)),
+        while !self.send_to(address, peer, bytes, None)? {
+            if std::time::Instant::now() >= deadline {
+                let missing = vec![peer];
+                let kind = ErrorKind::Timeout {
+                    missing,
+                    waited: NOTICE_PATIENCE,
+                };
+                return Err(Error::new(Phase::Exchange, kind).with_peer(peer));
             }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        self.counts.sent += 1;
+        Ok(())
     }
 }

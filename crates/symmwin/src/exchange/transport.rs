@@ -17,7 +17,7 @@ use rustix::net::{
 
 use super::diagnosis::shown;
 use super::wire::{Message, Payload, FABRIC_LEN, MAX_REQUEST};
-use super::{Endpoint, Outgoing, Round};
+use super::{Endpoint, Outgoing, PeerAddress, Round};
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::provider::SharedHandle;
 
@@ -96,8 +96,24 @@ impl Endpoint {
             }
             None => message.encode(&mut buf),
         };
+        let fd = match handle {
+            Some(SharedHandle::Fd(fd)) => Some(fd.as_fd()),
+            _ => None,
+        };
+        self.send_to(address, peer, bytes, fd)
+    }
+
+    /// Send `bytes` (with `fd` attached, if any) to `peer` at `address`: `Ok(false)`
+    /// when its queue is full and we should retry.
+    pub(super) fn send_to(
+        &self,
+        address: &PeerAddress,
+        peer: usize,
+        bytes: &[u8],
+        fd: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<bool> {
         // The path comes from the store, which other users may be able to write (a
-        // TCP store is open to the machine). Only send handles to sockets that live in a
+        // TCP store is open to the machine). Only send to sockets that live in a
         // private directory of ours, so a forged request cannot divert memory elsewhere.
         check_peer_socket(&address.socket, self.uid).map_err(|e| e.with_peer(peer))?;
         let addr = SocketAddrUnix::new(&address.socket)
@@ -105,8 +121,8 @@ impl Endpoint {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         let fds;
-        if let Some(SharedHandle::Fd(fd)) = handle {
-            fds = [fd.as_fd()];
+        if let Some(fd) = fd {
+            fds = [fd];
             control.push(SendAncillaryMessage::ScmRights(&fds));
         }
         match rustix::net::sendmsg_addr(
