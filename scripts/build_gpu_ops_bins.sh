@@ -2,8 +2,9 @@
 # Where cargo is (no GPU needed): everything the GPU machine needs, into DIR: the
 # wheel (symmwin-*.whl, for the torch installed here; docs/gpu.md) and the Rust GPU
 # test binaries that are not part of it: cuda_ops (the ops kernels through the Rust
-# core, for scripts/gpu_ops.sh's rust stage) and symmwin-lib-tests (the core's unit
-# tests, for scripts/gpu_timeouts.sh's rust stage).
+# core, for scripts/gpu_ops.sh's rust stage), symmwin-lib-tests (the core's unit
+# tests) and cuda_peer_death (device waits for a dead peer), both for
+# scripts/gpu_timeouts.sh's rust stage.
 # Usage: scripts/build_gpu_ops_bins.sh DIR   (PYTHON: the interpreter with torch; default python3)
 set -euo pipefail
 mkdir -p "$1"; bin="$(cd "$1" && pwd)"
@@ -15,4 +16,5 @@ test_exe() {
 }
 cp "$(test_exe --test cuda_ops)" "$bin/cuda_ops"
 cp "$(test_exe --lib)" "$bin/symmwin-lib-tests"
+cp "$(test_exe --test cuda_peer_death)" "$bin/cuda_peer_death"
 ls -la "$bin"

@@ -7,7 +7,7 @@
 # Usage: scripts/gpu_timeouts.sh WHEEL OUT_DIR [rust|faults|soak|all]
 #   faults = rust + the torch fault tests; soak: the torch soak alone; all: both.
 #   WHEEL: a symmwin-*.whl; the rust step also needs symmwin-lib-tests (the symmwin
-#   crate's unit tests) next to it: scripts/build_gpu_ops_bins.sh DIR builds both.
+#   crate's unit tests) and cuda_peer_death next to it: scripts/build_gpu_ops_bins.sh DIR builds both.
 # Each survivor's exit code and first error lines go to OUT_DIR/timeouts_report.txt.
 set -u
 wheel="$(realpath "$1")"; out="$(mkdir -p "$2" && cd "$2" && pwd)"; step="${3:-all}"
@@ -28,6 +28,8 @@ if [[ "$step" == rust || "$step" == faults || "$step" == all ]]; then
     provider::cuda::timeout_tests::device_timeout_traps_then_every_call_reports_it \
     > "$out/rust_timeouts.log" 2>&1
   echo "rust timeout tests: exit $?; $(grep -E '^test result' "$out/rust_timeouts.log")"
+  bounded "$bin/cuda_peer_death" --ignored --nocapture --test-threads=1 > "$out/rust_peer_death.log" 2>&1
+  echo "rust dead-peer tests: exit $?; $(grep -E '^test result' "$out/rust_peer_death.log")"
   grep -E '^symmwin: device|^synchronize failed|^child ok|raise nothing|per rank in' "$out/rust_timeouts.log"
 fi
 

@@ -130,27 +130,32 @@ __device__ __noinline__ void fail_mismatch(const OpsParams& p, uint32_t peer, ui
 // 0) instead of torch's constant 1, and every wait takes only a signal with its own
 // fingerprint: one CAS per spin, as with the constant, so the check costs nothing.
 
-// Put `p.fingerprint` into `slot` once it is free (CAS 0 -> value, release).
-// Returns 0 on success, else the time waited.
-__device__ __forceinline__ uint64_t timed_put_fingerprint(const OpsParams& p, uint32_t* slot) {
+// Put `p.fingerprint` into `slot`, `peer`'s slot on `channel`, once it is free (CAS
+// 0 -> value, release). Returns 0 on success, else the time waited; traps if `peer`
+// ends first.
+__device__ __forceinline__ uint64_t timed_put_fingerprint(const OpsParams& p, uint32_t* slot,
+                                                          uint32_t peer, uint32_t channel) {
   const uint32_t mine = p.fingerprint;
-  return symmwin::spin_until([slot, mine] { return symmwin::cas_release(slot, 0u, mine) == 0u; },
-                             p.wait.timeout_ns);
+  return symmwin::spin_for_peer(
+      [slot, mine] { return symmwin::cas_release(slot, 0u, mine) == 0u; }, p.wait, peer,
+      channel);
 }
 
-// Take a signal from `slot` (CAS value -> 0, acquire). Any signal ends the wait; one
-// with another value stays in the slot and is returned in `seen` (the caller fails).
-// Returns 0 on success, else the time waited.
+// Take `peer`'s signal on `channel` from `slot` (CAS value -> 0, acquire). Any signal
+// ends the wait; one with another value stays in the slot and is returned in `seen`
+// (the caller fails). Returns 0 on success, else the time waited; traps if `peer` ends
+// first.
 __device__ __forceinline__ uint64_t timed_take_fingerprint(const OpsParams& p, uint32_t* slot,
+                                                           uint32_t peer, uint32_t channel,
                                                            uint32_t* seen) {
   const uint32_t mine = p.fingerprint;
   uint32_t old = mine;
-  const uint64_t waited = symmwin::spin_until(
+  const uint64_t waited = symmwin::spin_for_peer(
       [slot, mine, &old] {
         old = symmwin::cas_acquire(slot, mine, 0u);
         return old != 0u;
       },
-      p.wait.timeout_ns);
+      p.wait, peer, channel);
   *seen = waited == 0 ? old : mine;
   return waited;
 }
@@ -159,20 +164,21 @@ __device__ __forceinline__ uint64_t timed_take_fingerprint(const OpsParams& p, u
 // block) wrote is visible to `dst` first. Waits while `dst` has not consumed the
 // previous signal of the slot.
 __device__ __forceinline__ void signal_peer(const OpsParams& p, uint32_t dst, uint32_t channel) {
-  const uint64_t waited = timed_put_fingerprint(p, pad_slot(p, dst, channel, p.rank));
+  const uint64_t waited = timed_put_fingerprint(p, pad_slot(p, dst, channel, p.rank), dst, channel);
   if (waited != 0) {
     const uint32_t late[1] = {dst};
-    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited);
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
   }
 }
 
 // One thread waits for `src`'s signal on `channel`; its later reads are ordered after it.
 __device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
   uint32_t seen;
-  const uint64_t waited = timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), &seen);
+  const uint64_t waited =
+      timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), src, channel, &seen);
   if (waited != 0) {
     const uint32_t late[1] = {src};
-    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited);
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
   }
   if (seen != p.fingerprint) {
     fail_mismatch(p, src, seen);
@@ -215,12 +221,12 @@ __device__ void peer_handshake(const OpsParams& p, uint32_t put_channel, uint32_
   uint64_t waited = 0;
   uint32_t channel = put_channel;
   if (put) {
-    waited = timed_put_fingerprint(p, pad_slot(p, t, put_channel, p.rank));
+    waited = timed_put_fingerprint(p, pad_slot(p, t, put_channel, p.rank), t, put_channel);
   }
   uint32_t seen = p.fingerprint;
   if (waited == 0 && wait) {
     channel = wait_channel;
-    waited = timed_take_fingerprint(p, pad_slot(p, p.rank, wait_channel, t), &seen);
+    waited = timed_take_fingerprint(p, pad_slot(p, p.rank, wait_channel, t), t, wait_channel, &seen);
   }
   if (seen != p.fingerprint) {
     fail_mismatch(p, t, seen);
@@ -628,14 +634,15 @@ extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
 // Wait until this rank's copy of the 64-bit word at dst_splits holds `value` (acquire),
 // then reset it to zero in the same atomic step, so the word is zero at rest and the
 // same value can be sent again. A local wait on any word of ours (torch passes a view
-// of a signal pad); one thread; `peer` is only named in a timeout.
+// of a signal pad); one thread; `peer` is named in a timeout, and its exit mark (when
+// the host passes the marks) ends the wait.
 extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
   if (threadIdx.x != 0) {
     return;
   }
   uint64_t* word = reinterpret_cast<uint64_t*>(operand_at(p.dst_splits, p.rank));
   const uint64_t value = p.value;
-  const uint64_t waited = symmwin::spin_until(
+  const uint64_t waited = symmwin::spin_for_peer(
       [word, value] {
         uint64_t old;
         asm volatile("atom.acquire.sys.global.cas.b64 %0, [%1], %2, %3;"
@@ -644,10 +651,10 @@ extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
                      : "memory");
         return old == value;
       },
-      p.wait.timeout_ns);
+      p.wait, p.peer, 0);
   if (waited != 0) {
     const uint32_t late[1] = {p.peer};
-    symmwin::report_and_trap(p.wait, 0, late, 1, 1, waited);
+    symmwin::report_and_trap(p.wait, 0, late, 1, 1, waited, 0);
   }
 }
 

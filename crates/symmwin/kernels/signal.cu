@@ -52,9 +52,9 @@ extern "C" __global__ void symmwin_barrier(const SignalParams p) {
   if (peer >= p.world || peer == rank) {
     return;
   }
-  uint64_t waited = symmwin::timed_put(pad_slot(p, peer, p.channel, rank), p.wait.timeout_ns);
+  uint64_t waited = symmwin::timed_put(p.wait, pad_slot(p, peer, p.channel, rank), peer, p.channel);
   if (waited == 0) {
-    waited = symmwin::timed_wait(pad_slot(p, rank, p.channel, peer), p.wait.timeout_ns);
+    waited = symmwin::timed_wait(p.wait, pad_slot(p, rank, p.channel, peer), peer, p.channel);
   }
   late.finish(p.wait, p.channel, peer, waited);
   // Later work on the stream starts only after every thread has finished, so each

@@ -24,4 +24,4 @@ static_assert(offsetof(SignalParams, world) == 16, "SignalParams layout");
 static_assert(offsetof(SignalParams, peer) == 20, "SignalParams layout");
 static_assert(offsetof(SignalParams, channel) == 24, "SignalParams layout");
 static_assert(offsetof(SignalParams, wait) == 32, "SignalParams layout");
-static_assert(sizeof(SignalParams) == 56, "SignalParams layout");
+static_assert(sizeof(SignalParams) == 64, "SignalParams layout");

@@ -21,7 +21,9 @@
 //   - wait with `put_or_trap` / `wait_or_trap` (one thread, one peer), or, when several
 //     threads of a block wait for different peers (a barrier), with `timed_put` /
 //     `timed_wait` and a shared `BlockTimeouts` so one report names every late peer;
-//   - `spin_until` turns any try-once predicate into a timed wait.
+//   - `spin_until` turns any try-once predicate into a timed wait; `spin_for_peer` into
+//     a timed wait for one peer that also ends, reported like a timeout, when the host
+//     marks that peer's process as ended (WaitReport::exits).
 // Add a new operation's id to `WaitOp` and `op_name` below and to `WaitOp` in
 // crates/symmwin/src/provider/cuda/timeout_record.rs (same numbers).
 //
@@ -110,8 +112,11 @@ struct TimeoutRecord {
   uint64_t waited_ns;   // how long the longest late wait lasted
   uint64_t timeout_ns;  // the limit it was given
   uint32_t peers[kRecordPeers];
+  uint32_t exited_pid;  // 0 for a timeout; else the wait ended because peers[0], this
+                        // process, ended (its exit mark, see WaitReport::exits)
+  uint32_t _reserved;
 };
-static_assert(sizeof(TimeoutRecord) == 104, "layout shared with timeout_record.rs");
+static_assert(sizeof(TimeoutRecord) == 112, "layout shared with timeout_record.rs");
 
 // Kernel argument: where and how to report. Layout mirrored by `WaitReport` in
 // timeout_record.rs; passed by value.
@@ -120,8 +125,11 @@ struct WaitReport {
   uint64_t timeout_ns;  // limit of each wait of this launch (> 0; u64 max: no limit)
   uint32_t rank;        // this rank in the group
   uint32_t op;          // WaitOp of the launching operation
+  uint64_t exits;       // device address of the host-mapped exit marks of the group's
+                        // ranks (u32 each: 0 while alive or unwatched, else its pid,
+                        // written by the host's peer watcher), or 0: none
 };
-static_assert(sizeof(WaitReport) == 24, "layout shared with timeout_record.rs");
+static_assert(sizeof(WaitReport) == 32, "layout shared with timeout_record.rs");
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
@@ -144,6 +152,46 @@ __device__ __forceinline__ uint64_t spin_until(TryOnce try_once, uint64_t timeou
     const uint64_t now = global_timer_ns();
     if (now > deadline) {
       return now - deadline + timeout_ns;
+    }
+  }
+  return 0;
+}
+
+// Polls between two looks at a peer's exit mark: a look reads host memory over PCIe
+// (about a microsecond), a poll a pad word, so one look per this many polls costs the
+// wait nothing measurable and still sees a mark within a millisecond.
+constexpr uint32_t kPollsPerExitLook = 1024;
+
+__device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel,
+                                             const uint32_t* peers, uint32_t listed,
+                                             uint32_t missing, uint64_t waited_ns,
+                                             uint32_t exited_pid);
+
+// `spin_until` for a wait on `peer` that also ends when the host marks `peer`'s process
+// as ended (`report.exits`): the wait reports and traps as a timeout does, naming the
+// peer and its pid. The condition is always tried before the mark is looked at, so a
+// peer that did its part and then ended never fails a wait it already satisfied; the
+// first look comes only after kPollsPerExitLook polls, so a wait that succeeds at once
+// never reads the mark.
+// Returns 0 on success, else the time waited (always > timeout_ns > 0).
+template <typename TryOnce>
+__device__ __forceinline__ uint64_t spin_for_peer(TryOnce try_once, const WaitReport& report,
+                                                  uint32_t peer, uint32_t channel) {
+  const uint64_t start = global_timer_ns();
+  const uint64_t timeout_ns = report.timeout_ns;
+  const uint64_t deadline = timeout_ns > ~0ull - start ? ~0ull : start + timeout_ns;
+  const volatile uint32_t* exits = reinterpret_cast<const volatile uint32_t*>(report.exits);
+  for (uint32_t polls = 1; !try_once(); ++polls) {
+    const uint64_t now = global_timer_ns();
+    if (now > deadline) {
+      return now - deadline + timeout_ns;
+    }
+    if (polls % kPollsPerExitLook == 0 && exits != nullptr) {
+      const uint32_t pid = exits[peer];
+      if (pid != 0u) {
+        const uint32_t late[1] = {peer};
+        report_and_trap(report, channel, late, 1, 1, now - start, pid);
+      }
     }
   }
   return 0;
@@ -176,16 +224,20 @@ __device__ __forceinline__ uint32_t cas_acquire(uint32_t* slot, uint32_t expecte
 // Everything this thread wrote before is visible to the peer before it can observe the
 // signal. The slot may still hold 1 when the peer has not consumed the previous signal
 // yet; wait for it instead of losing a signal.
-// Returns 0 on success, else the time waited.
-__device__ __forceinline__ uint64_t timed_put(uint32_t* slot, uint64_t timeout_ns) {
-  return spin_until([slot] { return cas_release(slot, 0u, 1u) == 0u; }, timeout_ns);
+// Returns 0 on success, else the time waited; traps if `peer` ends first.
+__device__ __forceinline__ uint64_t timed_put(const WaitReport& report, uint32_t* slot,
+                                              uint32_t peer, uint32_t channel) {
+  return spin_for_peer([slot] { return cas_release(slot, 0u, 1u) == 0u; }, report, peer,
+                       channel);
 }
 
 // Consume a peer's signal from this rank's pad slot (CAS 1 -> 0, acquire): every later
 // read of this thread is ordered after the signal.
-// Returns 0 on success, else the time waited.
-__device__ __forceinline__ uint64_t timed_wait(uint32_t* slot, uint64_t timeout_ns) {
-  return spin_until([slot] { return cas_acquire(slot, 1u, 0u) == 1u; }, timeout_ns);
+// Returns 0 on success, else the time waited; traps if `peer` ends first.
+__device__ __forceinline__ uint64_t timed_wait(const WaitReport& report, uint32_t* slot,
+                                               uint32_t peer, uint32_t channel) {
+  return spin_for_peer([slot] { return cas_acquire(slot, 1u, 0u) == 1u; }, report, peer,
+                       channel);
 }
 
 namespace detail {
@@ -235,16 +287,29 @@ __device__ __forceinline__ void format_peers(char* out, uint32_t capacity,
   *out = '\0';
 }
 
+// The trap aborts the kernel at once; give the printf entry (and the record) time to
+// land in memory first, or the line can be lost.
+__device__ __forceinline__ void flush_then_trap() {
+  __threadfence_system();
+  const uint64_t flushed = global_timer_ns() + kTrapDelayNs;
+  while (global_timer_ns() < flushed) {
+    __nanosleep(1000);
+  }
+  __trap();
+}
+
 }  // namespace detail
 
 // Records the timeout in the host-mapped record, prints one line, and traps.
-// `peers` lists up to `listed` of the `missing` late peers. Call from one thread only
-// (per timed-out wait or per BlockTimeouts); every caller traps. Not inlined, so the
-// formatting stays out of the waits' spin loops; `report` by value, so the hot path
+// `peers` lists up to `listed` of the `missing` late peers; `exited_pid` is 0 for a
+// timeout, else the pid of peers[0], whose end ended the wait. Call from one thread
+// only (per timed-out wait or per BlockTimeouts); every caller traps. Not inlined, so
+// the formatting stays out of the waits' spin loops; `report` by value, so the hot path
 // never spills it to local memory.
 __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel,
                                              const uint32_t* peers, uint32_t listed,
-                                             uint32_t missing, uint64_t waited_ns) {
+                                             uint32_t missing, uint64_t waited_ns,
+                                             uint32_t exited_pid) {
   listed = listed < kRecordPeers ? listed : kRecordPeers;
   volatile TimeoutRecord* record = reinterpret_cast<volatile TimeoutRecord*>(report.record);
   // Another kernel of this process may have reported already (another module, another
@@ -260,46 +325,49 @@ __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel
     for (uint32_t i = 0; i < listed; ++i) {
       record->peers[i] = peers[i];
     }
+    record->exited_pid = exited_pid;
     __threadfence_system();  // the host must never see `state` before the fields
     record->state = kRecordComplete;
     __threadfence_system();
   }
+  const unsigned long long tenths_ms = waited_ns / 100000ull;
+  if (exited_pid != 0u) {
+    printf(
+        "symmwin: device %s on rank %u, channel %u: rank %u (pid %u) exited while rank %u "
+        "waited for it (%llu.%llu ms); trapping, the CUDA context is lost and the process "
+        "must exit\n",
+        op_name(report.op), report.rank, channel, peers[0], exited_pid, report.rank,
+        tenths_ms / 10ull, tenths_ms % 10ull);
+    detail::flush_then_trap();
+  }
   char peer_list[128];
   detail::format_peers(peer_list, sizeof(peer_list), peers, listed, missing);
-  const unsigned long long tenths_ms = waited_ns / 100000ull;
   printf(
       "symmwin: device %s timed out on rank %u, channel %u: waited %llu.%llu ms "
       "(limit %llu ms) for rank(s) %s; trapping, the CUDA context is lost and the "
       "process must exit\n",
       op_name(report.op), report.rank, channel, tenths_ms / 10ull, tenths_ms % 10ull,
       static_cast<unsigned long long>(report.timeout_ns / 1000000ull), peer_list);
-  // The trap aborts the kernel at once; give the printf entry (and the record) time
-  // to land in memory first, or the line can be lost.
-  __threadfence_system();
-  const uint64_t flushed = global_timer_ns() + kTrapDelayNs;
-  while (global_timer_ns() < flushed) {
-    __nanosleep(1000);
-  }
-  __trap();
+  detail::flush_then_trap();
 }
 
 // One thread signals `peer` through `slot`; traps with a report on timeout.
 __device__ __forceinline__ void put_or_trap(const WaitReport& report, uint32_t* slot,
                                             uint32_t peer, uint32_t channel) {
-  const uint64_t waited = timed_put(slot, report.timeout_ns);
+  const uint64_t waited = timed_put(report, slot, peer, channel);
   if (waited != 0) {
     const uint32_t late[1] = {peer};
-    report_and_trap(report, channel, late, 1, 1, waited);
+    report_and_trap(report, channel, late, 1, 1, waited, 0);
   }
 }
 
 // One thread waits for `peer`'s signal in `slot`; traps with a report on timeout.
 __device__ __forceinline__ void wait_or_trap(const WaitReport& report, uint32_t* slot,
                                              uint32_t peer, uint32_t channel) {
-  const uint64_t waited = timed_wait(slot, report.timeout_ns);
+  const uint64_t waited = timed_wait(report, slot, peer, channel);
   if (waited != 0) {
     const uint32_t late[1] = {peer};
-    report_and_trap(report, channel, late, 1, 1, waited);
+    report_and_trap(report, channel, late, 1, 1, waited, 0);
   }
 }
 
@@ -344,7 +412,7 @@ struct BlockTimeouts {
         copy[i] = static_cast<volatile uint32_t*>(peers)[i];
       }
       report_and_trap(report, channel, copy, listed, late,
-                      *static_cast<volatile unsigned long long*>(&waited_ns));
+                      *static_cast<volatile unsigned long long*>(&waited_ns), 0);
     }
   }
 };

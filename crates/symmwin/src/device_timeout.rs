@@ -4,16 +4,21 @@
 //! traps (`kernels/wait.cuh`). The trap makes the stream's next synchronization fail, as
 //! torch's SymmetricMemory contract requires, and it loses the CUDA context for good:
 //! every later CUDA call of the process fails. symmwin's next call reports this record
-//! instead of a generic driver error.
+//! instead of a generic driver error. A wait for a peer whose process ended (marked by
+//! the host's peer watcher, `peer_watch.rs`) ends the same way, naming that peer.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::text::Seconds;
 
-/// A device-side wait that ran past its limit; the kernel trapped afterwards.
+/// A device-side wait that ran past its limit, or whose peer ended; the kernel trapped
+/// afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceTimeout {
+    /// `Some` when the wait ended because the peer `missing[0]` ended (its pid and how),
+    /// not because the limit passed.
+    pub exited: Option<crate::peer_watch::PeerExit>,
     /// The operation that waited: `barrier`, `put_signal`, `wait_signal`, or a device op.
     pub op: &'static str,
     /// The signal channel it waited on.
@@ -32,6 +37,20 @@ pub struct DeviceTimeout {
 
 impl fmt::Display for DeviceTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(exit), Some(peer)) = (&self.exited, self.missing.first()) {
+            write!(
+                f,
+                "device {}: rank {peer} (pid {}) {} while rank {} waited for it on channel {} \
+                 (after {})",
+                self.op,
+                exit.pid,
+                exit.how,
+                self.rank,
+                self.channel,
+                Seconds(self.waited)
+            )?;
+            return f.write_str(LOST);
+        }
         write!(
             f,
             "device {} on channel {} timed out after {} (limit {}) waiting for rank(s) {:?}",
@@ -44,12 +63,13 @@ impl fmt::Display for DeviceTimeout {
         if self.unlisted > 0 {
             write!(f, " and {} more", self.unlisted)?;
         }
-        f.write_str(
-            "; the kernel trapped, so this process's CUDA context is lost: every later CUDA \
-             call fails, and the process must exit (os._exit in Python) and be restarted",
-        )
+        f.write_str(LOST)
     }
 }
+
+const LOST: &str = "; the kernel trapped, so this process's CUDA context is lost: every later \
+                    CUDA call fails, and the process must exit (os._exit in Python) and be \
+                    restarted";
 
 #[cfg(test)]
 mod tests {
@@ -58,6 +78,7 @@ mod tests {
     #[test]
     fn message_names_every_fact_and_says_to_exit() {
         let t = DeviceTimeout {
+            exited: None,
             op: "barrier",
             channel: 1,
             rank: 0,

@@ -15,6 +15,11 @@
 //! A wait checks its own condition first and the mark only after it, so a peer that
 //! did its part and then exited does not fail a wait it already satisfied; a peer that
 //! is alive but slow gets the whole timeout.
+//!
+//! Device waits cannot call in here: a provider attaches [`ExitMarks`] to a peer set
+//! (memory its kernels read while they wait) and the thread writes each rank's mark
+//! there as the rank ends, whether or not a kernel is waiting (under graph replay that
+//! cannot be known), so the marks are always current.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -34,6 +39,14 @@ pub struct PeerExit {
     pub pid: u32,
     /// "exited", or, for a child of this process, its status or signal.
     pub how: String,
+}
+
+/// Where the watcher marks the ranks of a peer set that end: memory a device reads while
+/// it waits (a provider's host-mapped array). Marking is idempotent: a rank may be
+/// marked more than once.
+pub trait ExitMarks: Send + Sync {
+    /// Rank `rank` of the set, process `pid`, has ended.
+    fn mark(&self, rank: usize, pid: u32);
 }
 
 struct Entry {
@@ -131,7 +144,7 @@ impl Drop for Watched {
 
 /// A group's peers as the waits name them: a handle (cheap to copy into every wait) to
 /// the pid of each rank that is watched, registered by `register`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct PeerSet(u64);
 
 impl PeerSet {
@@ -143,8 +156,34 @@ impl PeerSet {
         if self == PeerSet::NONE {
             return None;
         }
-        let pid = tables().get(&self.0)?.get(rank).copied()?;
+        let pid = tables().get(&self.0)?.pids.get(rank).copied()?;
         exit_of(pid)
+    }
+
+    /// Whether the set is registered (its group is alive).
+    pub fn is_registered(self) -> bool {
+        self != PeerSet::NONE && tables().contains_key(&self.0)
+    }
+
+    /// Have `marks` told of every rank of this set that ends while the set is
+    /// registered: those that have ended already at once, the others as they end.
+    /// Returns false (and keeps nothing) when the set is not registered.
+    pub fn attach_marks(self, marks: Arc<dyn ExitMarks>) -> bool {
+        let pids = {
+            let mut tables = tables();
+            let Some(table) = tables.get_mut(&self.0) else {
+                return false;
+            };
+            table.marks.push(Arc::clone(&marks));
+            table.pids.clone()
+        };
+        // An end between the push above and this look is marked twice: harmless.
+        for (rank, &pid) in pids.iter().enumerate() {
+            if pid != 0 && exit_of(pid).is_some() {
+                marks.mark(rank, pid);
+            }
+        }
+        true
     }
 
     /// The error of a wait in `phase` for rank `rank`, if it has ended.
@@ -178,8 +217,17 @@ impl Drop for Registered {
     }
 }
 
-fn tables() -> MutexGuard<'static, HashMap<u64, Vec<u32>>> {
-    static TABLES: OnceLock<Mutex<HashMap<u64, Vec<u32>>>> = OnceLock::new();
+/// A registered peer set: the pid of each rank (0: not watched) and the marks to write
+/// when one ends.
+struct Table {
+    pids: Vec<u32>,
+    marks: Vec<Arc<dyn ExitMarks>>,
+}
+
+/// Lock order: `tables()` may be taken first and `entries()` inside it, never the
+/// reverse.
+fn tables() -> MutexGuard<'static, HashMap<u64, Table>> {
+    static TABLES: OnceLock<Mutex<HashMap<u64, Table>>> = OnceLock::new();
     TABLES
         .get_or_init(Mutex::default)
         .lock()
@@ -192,7 +240,11 @@ pub fn register(pids: Vec<u32>) -> Registered {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let key = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let watched = watch(pids.iter().copied());
-    tables().insert(key, pids);
+    let table = Table {
+        pids,
+        marks: Vec::new(),
+    };
+    tables().insert(key, table);
     Registered {
         set: PeerSet(key),
         _watched: watched,
@@ -299,9 +351,26 @@ fn run() {
         let mut counter = [0u8; 8];
         let _ = rustix::io::read(&w.wake, &mut counter);
         let mut map = entries(w);
-        for (pid, exit) in ended_now {
-            if let Some(entry) = map.get_mut(&pid) {
-                entry.exit.get_or_insert(exit);
+        for (pid, exit) in &ended_now {
+            if let Some(entry) = map.get_mut(pid) {
+                entry.exit.get_or_insert_with(|| exit.clone());
+            }
+        }
+        drop(map);
+        mark_ended(ended_now.iter().map(|(pid, _)| *pid));
+    }
+}
+
+/// Writes the marks of every registered rank whose process is one of `pids`.
+fn mark_ended(pids: impl Iterator<Item = u32>) {
+    let pids: Vec<u32> = pids.collect();
+    if pids.is_empty() {
+        return;
+    }
+    for table in tables().values() {
+        for (rank, pid) in table.pids.iter().enumerate() {
+            if pids.contains(pid) {
+                table.marks.iter().for_each(|m| m.mark(rank, *pid));
             }
         }
     }
@@ -380,6 +449,44 @@ mod tests {
         assert_eq!(exit_of(quick.id()), None, "no mark outlives its watchers");
         quick.wait().unwrap();
         slow.wait().unwrap();
+    }
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(usize, u32)>>);
+
+    impl ExitMarks for Recorded {
+        fn mark(&self, rank: usize, pid: u32) {
+            self.0.lock().unwrap().push((rank, pid));
+        }
+    }
+
+    impl Recorded {
+        fn has(&self, rank: usize, pid: u32) -> bool {
+            self.0.lock().unwrap().contains(&(rank, pid))
+        }
+    }
+
+    #[test]
+    fn marks_are_written_for_a_rank_that_ends_and_at_once_for_one_already_gone() {
+        let mut alive = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let group = register(vec![0, alive.id(), gone.id()]);
+        assert!(group.set().is_registered());
+        let marks = Arc::new(Recorded::default());
+        assert!(group.set().attach_marks(marks.clone()));
+        assert!(until(Duration::from_secs(1), || marks.has(2, gone.id())));
+        assert!(!marks.has(1, alive.id()), "a live rank is not marked");
+        alive.kill().unwrap();
+        assert!(until(Duration::from_secs(1), || marks.has(1, alive.id())));
+        let set = group.set();
+        drop(group);
+        assert!(!set.is_registered());
+        assert!(!set.attach_marks(Arc::new(Recorded::default())));
+        alive.wait().unwrap();
     }
 
     #[test]

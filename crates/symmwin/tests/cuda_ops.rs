@@ -17,8 +17,7 @@ use symmwin::OpOptions;
 use symmwin::Shape;
 use symmwin::{cuda_device_count as device_count, CudaProvider};
 use symmwin::{
-    Allocation, Config, Engine, FileStore, Group, GroupSpec, HandlePreference, Operand, Provider,
-    SignalOptions, Stream, Window,
+    Allocation, Engine, Group, HandlePreference, Operand, Provider, SignalOptions, Stream, Window,
 };
 use symmwin::{ElemType, ReduceOp, Rows, Tile};
 
@@ -30,17 +29,7 @@ common::worker! {
 }
 
 fn join_cuda(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
-    let device = rank % device_count().unwrap().max(1) as usize;
-    let provider: Arc<dyn Provider> =
-        Arc::new(CudaProvider::new(device as i32, HandlePreference::Auto).unwrap());
-    let store = Arc::new(FileStore::new(std::env::var("STORE").unwrap()).unwrap());
-    let group = common::group(
-        GroupSpec::new("cuda-ops", rank, world),
-        store,
-        &provider,
-        &Config::from_env().unwrap(),
-    );
-    (group, provider)
+    common::join_cuda("cuda-ops", rank, world)
 }
 
 /// A window of `bytes` (rounded up to the granularity) and the allocation behind it.

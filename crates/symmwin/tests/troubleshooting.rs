@@ -165,6 +165,7 @@ fn device_wait_timed_out() {
     // The error every symmwin call raises after a device wait trapped, built from the
     // record the kernel leaves (the GPU tests produce it for real: timeout_tests.rs).
     let timeout = symmwin::DeviceTimeout {
+        exited: None,
         op: "barrier",
         channel: 1,
         rank: 0,

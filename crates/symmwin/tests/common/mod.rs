@@ -400,6 +400,22 @@ pub fn join_wrapped(
     (group, provider)
 }
 
+/// Join group `name` on the job's file store with a CUDA provider: rank r on GPU
+/// r % GPUs, so several ranks share a GPU where there are fewer.
+pub fn join_cuda(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
+    let gpus = symmwin::cuda_device_count().unwrap().max(1) as usize;
+    let device = (rank % gpus) as i32;
+    let provider: Arc<dyn Provider> =
+        Arc::new(symmwin::CudaProvider::new(device, symmwin::HandlePreference::Auto).unwrap());
+    let group = self::group(
+        GroupSpec::new(name, rank, world),
+        Arc::new(job_store()),
+        &provider,
+        &Config::from_env().unwrap(),
+    );
+    (group, provider)
+}
+
 /// Join the group named "test".
 pub fn join(rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
     join_group("test", rank, world)

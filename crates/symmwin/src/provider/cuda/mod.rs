@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 
 mod context;
 mod driver;
+mod exit_marks;
 mod fabric_domain;
 mod map_batch;
 mod memory;

@@ -66,6 +66,6 @@ mod tests {
             assert_eq!((*name, *offset), (header_name.as_str(), *header_offset));
         }
         assert_eq!(size_of::<SignalParams>(), size);
-        assert_eq!(size, 56);
+        assert_eq!(size, 64);
     }
 }

@@ -16,9 +16,11 @@ use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
 use super::driver::{self, DriverError, PhaseExt};
+use super::exit_marks::DeviceExitMarks;
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use crate::error::{Error, ErrorKind, Phase, Result};
+use crate::peer_watch::PeerSet;
 use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// The PTX of `kernels/signal.cu`, NUL-terminated for `cuModuleLoadData`.
@@ -101,6 +103,8 @@ pub struct CudaSignals {
     ctx: Arc<PrimaryContext>,
     kernels: OnceLock<std::result::Result<Kernels, LoadFailure>>,
     default_timeout_ns: AtomicU64,
+    /// Where the waits of every kernel of this device see which peers have ended.
+    exit_marks: DeviceExitMarks,
 }
 
 impl CudaSignals {
@@ -109,6 +113,7 @@ impl CudaSignals {
             ctx,
             kernels: OnceLock::new(),
             default_timeout_ns: AtomicU64::new(duration_ns(DEFAULT_OP_TIMEOUT)),
+            exit_marks: DeviceExitMarks::default(),
         }
     }
 
@@ -154,8 +159,9 @@ impl CudaSignals {
             mut params,
             timeout,
             stream,
+            peers,
         } = launch;
-        params.wait = self.wait_report(op, params.wait.rank, timeout)?;
+        params.wait = self.wait_report(op, params.wait.rank, timeout, peers)?;
         let kernels = self.kernels()?;
         kernels.record.check()?;
         let _guard = self.ctx.enter().phase(Phase::Signal)?;
@@ -207,6 +213,7 @@ impl Signals for CudaSignals {
             params,
             timeout: at.timeout,
             stream: at.stream,
+            peers: at.peers,
         };
         self.launch(op, block, launch)
     }
@@ -214,17 +221,23 @@ impl Signals for CudaSignals {
 
 impl CudaSignals {
     /// The kernel argument (`symmwin::WaitReport` of `kernels/wait.cuh`) saying where
-    /// and how a timed-out wait of `op` by `rank` reports; `timeout` zero means the
-    /// default. Other kernels of this provider that wait for peers pass it too, so
-    /// every device timeout lands in the one record this provider checks.
+    /// and how a timed-out wait of `op` by `rank` reports, and where it sees which of
+    /// `peers` have ended; `timeout` zero means the default. Other kernels of this
+    /// provider that wait for peers pass it too, so every device timeout lands in the
+    /// one record this provider checks.
     pub(super) fn wait_report(
         &self,
         op: WaitOp,
         rank: u32,
         timeout: Duration,
+        peers: PeerSet,
     ) -> Result<WaitReport> {
         let record = &self.kernels()?.record;
-        Ok(record.report(op, rank, self.timeout_ns(timeout)))
+        let exits = self
+            .exit_marks
+            .address(&self.ctx, peers)
+            .phase(Phase::Signal)?;
+        Ok(record.report(op, rank, self.timeout_ns(timeout), exits))
     }
 }
 
@@ -234,6 +247,7 @@ struct Launch {
     params: SignalParams,
     timeout: Duration,
     stream: StreamHandle,
+    peers: PeerSet,
 }
 
 fn duration_ns(d: Duration) -> u64 {
@@ -283,6 +297,7 @@ fn pad_params(pads: &PadLayout, channel: usize) -> Result<SignalParams> {
             timeout_ns: 0,
             rank: narrow(pads.rank())?,
             op: 0,
+            exits: 0,
         },
     })
 }

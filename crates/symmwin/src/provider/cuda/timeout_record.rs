@@ -66,9 +66,12 @@ struct TimeoutRecord {
     waited_ns: AtomicU64,
     timeout_ns: AtomicU64,
     peers: [AtomicU32; RECORD_PEERS],
+    /// 0 for a timeout, else the pid of `peers[0]`, whose end ended the wait.
+    exited_pid: AtomicU32,
+    _reserved: AtomicU32,
 }
 
-const _: () = assert!(std::mem::size_of::<TimeoutRecord>() == 104);
+const _: () = assert!(std::mem::size_of::<TimeoutRecord>() == 112);
 
 /// Layout of `symmwin::WaitReport` in `wait.cuh`: passed by value to every kernel that
 /// waits for a peer.
@@ -83,9 +86,12 @@ pub(super) struct WaitReport {
     pub(super) rank: u32,
     /// [`WaitOp`] of the launching operation.
     pub(super) op: u32,
+    /// Device address of the exit marks of the group's ranks (`exit_marks.rs`), or 0:
+    /// the waits look at no marks.
+    pub(super) exits: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<WaitReport>() == 24);
+const _: () = assert!(std::mem::size_of::<WaitReport>() == 32);
 
 /// The first device timeout this process has seen; the context it lost never recovers.
 static CONTEXT_LOST: OnceLock<DeviceTimeout> = OnceLock::new();
@@ -127,18 +133,22 @@ impl HostRecord {
             waited_ns: AtomicU64::new(0),
             timeout_ns: AtomicU64::new(0),
             peers: std::array::from_fn(|_| AtomicU32::new(0)),
+            exited_pid: AtomicU32::new(0),
+            _reserved: AtomicU32::new(0),
         };
         let what = "freeing the signal timeout record";
         Ok(HostRecord(Pinned::new(ctx, empty, what)?))
     }
 
-    /// The kernel argument for one launch of `op` by `rank`.
-    pub(super) fn report(&self, op: WaitOp, rank: u32, timeout_ns: u64) -> WaitReport {
+    /// The kernel argument for one launch of `op` by `rank`, whose waits look at the
+    /// exit marks at device address `exits` (0: none).
+    pub(super) fn report(&self, op: WaitOp, rank: u32, timeout_ns: u64, exits: u64) -> WaitReport {
         WaitReport {
             record: self.0.device,
             timeout_ns,
             rank,
             op: op as u32,
+            exits,
         }
     }
 
@@ -166,7 +176,18 @@ fn decode(record: &TimeoutRecord) -> DeviceTimeout {
         .iter()
         .map(|p| load(p) as usize)
         .collect();
+    let exited =
+        match (load(&record.exited_pid), missing.first()) {
+            (0, _) | (_, None) => None,
+            (pid, Some(_)) => Some(crate::peer_watch::exit_of(pid).unwrap_or_else(|| {
+                crate::peer_watch::PeerExit {
+                    pid,
+                    how: "exited".to_owned(),
+                }
+            })),
+        };
     DeviceTimeout {
+        exited,
         op: WaitOp::name_of(load(&record.op)),
         channel: load(&record.channel),
         rank: load(&record.rank) as usize,
@@ -201,6 +222,8 @@ mod tests {
             waited_ns: AtomicU64::new(1_500_000_000),
             timeout_ns: AtomicU64::new(1_000_000_000),
             peers: std::array::from_fn(|i| AtomicU32::new(i as u32 + 10)),
+            exited_pid: AtomicU32::new(0),
+            _reserved: AtomicU32::new(0),
         }
     }
 
@@ -227,6 +250,23 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_an_ended_peer_names_it_and_its_pid() {
+        let record = filled(1, 1);
+        record.exited_pid.store(4242, Ordering::Relaxed);
+        let t = decode(&record);
+        let exit = t.exited.clone().expect("an ended peer");
+        assert_eq!((exit.pid, exit.how.as_str()), (4242, "exited"));
+        let err = lost_error(&t);
+        assert_eq!((err.rank(), err.peer()), (Some(2), Some(10)));
+        let text = err.to_string();
+        assert!(
+            text.contains("rank 10 (pid 4242) exited while rank 2 waited for it on channel 7"),
+            "{text}"
+        );
+        assert!(!text.contains("timed out"), "{text}");
+    }
+
+    #[test]
     fn a_corrupt_count_never_reads_past_the_peers() {
         let t = decode(&filled(u32::MAX, 3));
         assert_eq!(t.missing.len(), RECORD_PEERS);
@@ -242,6 +282,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TimeoutRecord, waited_ns), 24);
         assert_eq!(std::mem::offset_of!(TimeoutRecord, timeout_ns), 32);
         assert_eq!(std::mem::offset_of!(TimeoutRecord, peers), 40);
+        assert_eq!(std::mem::offset_of!(TimeoutRecord, exited_pid), 104);
+        assert_eq!(std::mem::offset_of!(WaitReport, exits), 24);
         assert_eq!(std::mem::offset_of!(WaitReport, rank), 16);
         assert_eq!(std::mem::offset_of!(WaitReport, op), 20);
         assert_eq!(std::mem::align_of::<WaitReport>(), 8);

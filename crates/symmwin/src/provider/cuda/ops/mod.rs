@@ -18,6 +18,7 @@ use super::context::PrimaryContext;
 use super::driver::{self, PhaseExt};
 use super::signals::{CudaSignals, MAX_WORLD};
 use crate::error::{Error, Phase, Result};
+use crate::peer_watch::PeerSet;
 use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait};
 use crate::provider::StreamHandle;
 
@@ -64,7 +65,7 @@ impl CudaOps {
     /// record and the wait limit.
     fn base_params(&self, ctx: &OpContext, op: OpId) -> Result<OpsParams> {
         check_context(ctx)?;
-        let mut p = self.params_for(op, ctx.rank as u32, ctx.timeout)?;
+        let mut p = self.params_for(op, ctx.rank as u32, ctx.timeout, ctx.peers)?;
         p.pad_base = ctx.pads.base() as u64;
         p.pad_stride = ctx.pads.stride() as u64;
         p.world = ctx.world as u32;
@@ -72,20 +73,34 @@ impl CudaOps {
         Ok(p)
     }
 
-    /// Parameters of a kernel that knows no group (a local wait) run by `rank`:
-    /// where failures report and the wait limit.
-    fn local_params(&self, op: OpId, rank: usize, timeout: Duration) -> Result<OpsParams> {
+    /// Parameters of a kernel that knows no pads (a local wait) run by `rank`: where
+    /// failures report, the wait limit and the marks of `peers` that end.
+    fn local_params(
+        &self,
+        op: OpId,
+        rank: usize,
+        timeout: Duration,
+        peers: PeerSet,
+    ) -> Result<OpsParams> {
         let rank = u32::try_from(rank)
             .ok()
             .filter(|r| *r != params::UNKNOWN_RANK)
             .ok_or_else(|| Error::invalid(format!("rank {rank} exceeds the kernels' range")))?;
-        self.params_for(op, rank, timeout)
+        self.params_for(op, rank, timeout, peers)
     }
 
-    fn params_for(&self, op: OpId, rank: u32, timeout: Duration) -> Result<OpsParams> {
+    fn params_for(
+        &self,
+        op: OpId,
+        rank: u32,
+        timeout: Duration,
+        peers: PeerSet,
+    ) -> Result<OpsParams> {
         // The signal kernels' report (zero timeout: the configured device-wait limit),
         // naming this op instead of theirs: wait.cuh numbers both alike.
-        let mut wait = self.signals.wait_report(WaitOp::Barrier, rank, timeout)?;
+        let mut wait = self
+            .signals
+            .wait_report(WaitOp::Barrier, rank, timeout, peers)?;
         wait.op = op as u32;
         let mut p = OpsParams::new(wait, self.kernels()?.record.device);
         p.rank = rank;

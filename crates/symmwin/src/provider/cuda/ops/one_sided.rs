@@ -1,10 +1,12 @@
 //! The one-sided ops: put / get (SM copy or copy engine), the 64-bit value signal of
 //! `put_with_signal` / `wait_for_signal`, and `put_signal` (copy, then a pad signal).
 
+use super::super::signals::MAX_WORLD;
 use super::grid::{self, COPY_ENGINE_MIN_ONE_SIDED};
 use super::params::{OpId, Operand, COPY_GET, COPY_PUT, THREADS};
 use super::CudaOps;
 use crate::error::{Error, Result};
+use crate::peer_watch::PeerSet;
 use crate::provider::{PadSignal, SignalAt, Signals};
 
 use crate::provider::device_ops::{OpContext, SignalWait, SymmBuf, Transfer};
@@ -79,7 +81,13 @@ impl CudaOps {
             return Err(Error::invalid("a signal word at address 0"));
         }
         check_word(wait.word)?;
-        let mut p = self.local_params(OpId::WaitForSignal, wait.rank, wait.timeout)?;
+        // The marks are indexed by the group's ranks: only a peer of the group looks.
+        let peers = if wait.peer < MAX_WORLD {
+            wait.peers
+        } else {
+            PeerSet::NONE
+        };
+        let mut p = self.local_params(OpId::WaitForSignal, wait.rank, wait.timeout, peers)?;
         p.dst_splits = Operand {
             base: wait.word as u64,
             stride: 0,

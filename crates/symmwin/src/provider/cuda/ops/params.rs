@@ -184,17 +184,17 @@ mod tests {
         assert_eq!(offset_of!(OpsParams, pad_base), 128);
         assert_eq!(offset_of!(OpsParams, err), 144);
         assert_eq!(offset_of!(OpsParams, wait), 152);
-        assert_eq!(offset_of!(OpsParams, row_bytes), 176);
-        assert_eq!(offset_of!(OpsParams, bytes), 184);
-        assert_eq!(offset_of!(OpsParams, rows), 192);
-        assert_eq!(offset_of!(OpsParams, value), 200);
-        assert_eq!(offset_of!(OpsParams, major_align), 208);
-        assert_eq!(offset_of!(OpsParams, rank), 216);
-        assert_eq!(offset_of!(OpsParams, blocks_per_peer), 232);
-        assert_eq!(offset_of!(OpsParams, mode), 240);
-        assert_eq!(offset_of!(OpsParams, fingerprint), 244);
-        assert_eq!(offset_of!(OpsParams, roots), 248);
-        assert_eq!(size_of::<OpsParams>(), 280);
+        assert_eq!(offset_of!(OpsParams, row_bytes), 184);
+        assert_eq!(offset_of!(OpsParams, bytes), 192);
+        assert_eq!(offset_of!(OpsParams, rows), 200);
+        assert_eq!(offset_of!(OpsParams, value), 208);
+        assert_eq!(offset_of!(OpsParams, major_align), 216);
+        assert_eq!(offset_of!(OpsParams, rank), 224);
+        assert_eq!(offset_of!(OpsParams, blocks_per_peer), 240);
+        assert_eq!(offset_of!(OpsParams, mode), 248);
+        assert_eq!(offset_of!(OpsParams, fingerprint), 252);
+        assert_eq!(offset_of!(OpsParams, roots), 256);
+        assert_eq!(size_of::<OpsParams>(), 288);
         assert_eq!(size_of::<OpsError>(), 32);
         assert_eq!(offset_of!(OpsError, rows), 16);
         assert_eq!(offset_of!(OpsError, room), 24);
@@ -286,6 +286,7 @@ mod tests {
             timeout_ns: 1,
             rank: 0,
             op: OpId::TileReduce as u32,
+            exits: 0,
         };
         let mut p = OpsParams::new(wait, 0);
         p.add_root(0).unwrap();

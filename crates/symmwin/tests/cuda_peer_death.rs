@@ -1,0 +1,157 @@
+//! A local peer that exits (cleanly or killed) while a rank's kernel waits for it (a
+//! device barrier, a device signal wait, a device op) is named within a second plus the
+//! trap's delivery, through the exit marks the host's watcher writes for the kernel to
+//! read; one that is stopped (alive but slow) gets the whole timeout. Each case is one
+//! world-2 job of worker processes on the CUDA provider (both ranks may share a GPU).
+//!
+//! Needs a CUDA GPU: `cargo test -p symmwin --test cuda_peer_death -- --ignored`.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{field, result, Job};
+use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions, Stream};
+
+common::worker! { "wait_on_device" => wait_on_device }
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Both ranks make one window (so each knows the other's pid); then rank 1 does what
+/// `PEER` says (`exit`: exits 0; `hold`: sleeps, for the test to kill or stop) and rank
+/// 0 launches the device wait `WAIT` for it and synchronizes, reporting how the wait
+/// ended and when.
+fn wait_on_device(rank: usize, world: usize) -> String {
+    let (group, provider) = common::join_cuda("cuda-peer-death", rank, world);
+    let alloc = Allocation::new(provider, 1 << 21).unwrap();
+    let window = group.rendezvous(&alloc).unwrap();
+    let half = Operand::new(&window, 0, 4096);
+    let other = Operand::new(&window, 4096, 4096);
+    // Load the kernels (the first op compiles its module, which can take a second) and
+    // make sure nothing on the device waits before both ranks are here.
+    symmwin::all_to_all(half, other, 4, &OpOptions::default()).unwrap();
+    window.barrier(SignalOptions::default()).unwrap();
+    window.synchronize(Stream::DEFAULT).unwrap();
+    if rank == 1 {
+        if std::env::var("PEER").as_deref() == Ok("exit") {
+            std::process::exit(0);
+        }
+        std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    }
+    let started = Instant::now();
+    let launched = match std::env::var("WAIT").unwrap().as_str() {
+        "barrier" => window.barrier(SignalOptions::default()),
+        "wait_signal" => window.wait_signal(1, SignalOptions::default()),
+        "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
+        other => panic!("unknown wait {other}"),
+    };
+    let err = launched
+        .and_then(|()| window.synchronize(Stream::DEFAULT))
+        .unwrap_err();
+    let exited = match err.kind() {
+        ErrorKind::ContextLost(t) => match (&t.exited, t.missing.first()) {
+            (Some(exit), Some(peer)) => format!("rank{peer}:{}", exit.how.replace(' ', "_")),
+            _ => "no".into(),
+        },
+        _ => "no".into(),
+    };
+    format!(
+        "at={} waited={:.3} exited={exited} lost={} peer={:?} msg={}",
+        unix_ms(),
+        started.elapsed().as_secs_f64(),
+        err.is_context_lost(),
+        err.peer(),
+        err.to_string().replace(' ', "_")
+    )
+}
+
+/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
+fn run(
+    (wait, peer): (&str, &str),
+    timeout_ms: u64,
+    act: impl FnOnce(&mut common::Ranks),
+) -> (String, u128) {
+    let job = Job::new(&format!("dd-{}-{peer}", &wait[..4]));
+    let ready = job.dir.join("ready");
+    let env = [
+        ("WAIT", wait.to_owned()),
+        ("PEER", peer.to_owned()),
+        ("READY", ready.display().to_string()),
+        common::timeout_ms(timeout_ms),
+    ];
+    let mut ranks = job.spawn(2, "wait_on_device", &env);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Let rank 0's kernel start waiting first.
+    std::thread::sleep(Duration::from_millis(200));
+    let acted = unix_ms();
+    act(&mut ranks);
+    let outs = ranks.wait(Duration::from_secs(90));
+    common::assert_success(&outs[0], "rank 0");
+    (result(&outs[0]), acted)
+}
+
+fn after(r: &str, acted: u128) -> f64 {
+    (field(r, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
+}
+
+/// Every device wait kind.
+const WAITS: [&str; 3] = ["barrier", "wait_signal", "all_to_all"];
+
+/// Named within a second, plus the trap's delivery (its printf flush takes 1 ms).
+const NAMED_WITHIN: f64 = 1.1;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_peer_that_exits_is_named_within_a_second_in_every_device_wait() {
+    for wait in WAITS {
+        let (r, _) = run((wait, "exit"), 30_000, |_| {});
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
+        assert_eq!(field(&r, "lost"), "true", "{wait}: {r}");
+        assert_eq!(field(&r, "peer"), "Some(1)", "{wait}: {r}");
+        let waited: f64 = field(&r, "waited").parse().unwrap();
+        assert!(waited < NAMED_WITHIN, "{wait}: {r}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_killed_peer_is_named_within_a_second_in_every_device_wait() {
+    for wait in WAITS {
+        let (r, acted) = run((wait, "hold"), 30_000, |ranks| ranks.kill(1));
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
+        assert!(field(&r, "msg").contains("(pid_"), "{wait}: {r}");
+        let late = after(&r, acted);
+        assert!(
+            late < NAMED_WITHIN,
+            "{wait}: named {late} s after the kill: {r}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_stopped_peer_gets_the_whole_timeout_in_every_device_wait() {
+    for wait in WAITS {
+        let (r, _) = run((wait, "hold"), 1000, |ranks| {
+            let pid = ranks.pid(1) as i32;
+            // SAFETY: a plain signal to our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(1500));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        });
+        assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
+        assert!(field(&r, "msg").contains("timed_out"), "{wait}: {r}");
+        let waited: f64 = field(&r, "waited").parse().unwrap();
+        assert!(waited >= 1.0, "{wait}: {r}");
+    }
+}
