@@ -142,9 +142,36 @@ setup(
     ext_modules=[
         CppExtension(
             "symmwin._C",
-            ["csrc/symmwin_torch.cpp", "csrc/symmwin_remote.cpp", "csrc/ops.cpp"],
+            [
+                "csrc/allocator.cpp",
+                "csrc/errors.cpp",
+                "csrc/groups.cpp",
+                "csrc/handle.cpp",
+                "csrc/interrupts.cpp",
+                "csrc/module.cpp",
+                "csrc/ops_checks.cpp",
+                "csrc/ops_kernels.cpp",
+                "csrc/ops_meta.cpp",
+                "csrc/ops_operands.cpp",
+                "csrc/ops_schemas.cpp",
+                "csrc/remote_bridge.cpp",
+                "csrc/store_bridge.cpp",
+            ],
             include_dirs=[str(ROOT / "crates/symmwin-capi/include")],
-            depends=["crates/symmwin-capi/include/symmwin.h", "csrc/symmwin_ops.h", "csrc/symmwin_remote.h"],
+            depends=[
+                "crates/symmwin-capi/include/symmwin.h",
+                "csrc/allocator.h",
+                "csrc/cuda_stream.h",
+                "csrc/errors.h",
+                "csrc/groups.h",
+                "csrc/handle.h",
+                "csrc/interrupts.h",
+                "csrc/ops_checks.h",
+                "csrc/ops_kernels.h",
+                "csrc/ops_operands.h",
+                "csrc/remote_bridge.h",
+                "csrc/store_bridge.h",
+            ],
             extra_compile_args=["-O2"],
             extra_link_args=[
                 # Keep the Rust runtime's symbols private to this module.

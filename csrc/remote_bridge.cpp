@@ -4,7 +4,7 @@
 // core's (crates/symmwin/src/signal/process_group.rs). No exception may unwind into
 // Rust: every callback catches and reports.
 
-#include "symmwin_remote.h"
+#include "remote_bridge.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/Stream.h>

@@ -1,21 +1,20 @@
-// What csrc/ops.cpp needs from the backend in csrc/symmwin_torch.cpp.
+// Waits that Python can interrupt: a wait for peers runs without the GIL, and the
+// core's interrupt hook runs Python's signal handlers.
 #pragma once
 
 #include <Python.h>
 #include <symmwin.h>
 
-#include <torch/csrc/distributed/c10d/symm_mem/SymmetricMemory.hpp>
+#include <cstdint>
+
+// The core's interrupt hook (symmwin_set_interrupt_check): called by every host wait
+// at least every 50 ms, on the waiting thread. On the main thread it runs the
+// interpreter's pending signal handlers (taking the GIL for that moment); nonzero when
+// one raised (KeyboardInterrupt), so the wait ends. Never throws, never touches Python
+// during finalization.
+extern "C" int32_t python_signal_raised() noexcept;
 
 namespace symmwin_torch {
-
-// The window behind a symmwin handle; nullptr for a handle of any other backend.
-SymmwinWindow* window_of(
-    const c10::intrusive_ptr<c10d::symmetric_memory::SymmetricMemory>& handle);
-
-// Throws for a failed status, prefixing the core's message with "symmwin.<op>: ":
-// symmwin.TimeoutError for symmwin's own timeouts and a lost context, else a
-// c10::Error (RuntimeError).
-void check_op(const char* op, SymmwinStatus status);
 
 // Runs `call`, a symmwin call that may wait for peers, without holding Python's GIL
 // (when this thread holds it), so other Python threads run meanwhile and a signal sent
