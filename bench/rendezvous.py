@@ -136,6 +136,10 @@ def run_job(args, world: int, backend: str, port: int, out: Path) -> dict:
                                                           "MASTER_PORT", "LOCAL_WORLD_SIZE")}
     env.update(SAFE_ENV)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if backend == "CUDA":
+        # torch's own knob (its tests set it too): without it, its backend refuses ranks
+        # that share a GPU ("detected allocations from overlapping devices").
+        env.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
     if backend == "NVSHMEM":
         # The fresh figure keeps repeats + 1 windows of the largest size alive.
         heap = (args.repeats + 2) * max(args.sizes_mib) + 1024

@@ -8,19 +8,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{field, result, Job};
+use common::field;
+use common::peer_jobs::{rank_1_leaves, seconds_after as after, unix_ms};
 use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions, Stream};
 
 common::worker! { "wait_on_device" => wait_on_device }
-
-fn unix_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
 
 /// Both ranks make one window (so each knows the other's pid); then rank 1 does what
 /// `PEER` says (`exit`: exits 0; `hold`: sleeps, for the test to kill or stop) and rank
@@ -38,11 +32,7 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     window.barrier(SignalOptions::default()).unwrap();
     window.synchronize(Stream::DEFAULT).unwrap();
     if rank == 1 {
-        if std::env::var("PEER").as_deref() == Ok("exit") {
-            std::process::exit(0);
-        }
-        std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
-        std::thread::sleep(Duration::from_secs(60));
+        rank_1_leaves();
     }
     let started = Instant::now();
     let launched = match std::env::var("WAIT").unwrap().as_str() {
@@ -71,36 +61,15 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     )
 }
 
-/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
+/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready and
+/// rank 0's kernel has had time to start waiting.
 fn run(
-    (wait, peer): (&str, &str),
+    wait_peer: (&str, &str),
     timeout_ms: u64,
     act: impl FnOnce(&mut common::Ranks),
 ) -> (String, u128) {
-    let job = Job::new(&format!("dd-{}-{peer}", &wait[..4]));
-    let ready = job.dir.join("ready");
-    let env = [
-        ("WAIT", wait.to_owned()),
-        ("PEER", peer.to_owned()),
-        ("READY", ready.display().to_string()),
-        common::timeout_ms(timeout_ms),
-    ];
-    let mut ranks = job.spawn(2, "wait_on_device", &env);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // Let rank 0's kernel start waiting first.
-    std::thread::sleep(Duration::from_millis(200));
-    let acted = unix_ms();
-    act(&mut ranks);
-    let outs = ranks.wait(Duration::from_secs(90));
-    common::assert_success(&outs[0], "rank 0");
-    (result(&outs[0]), acted)
-}
-
-fn after(r: &str, acted: u128) -> f64 {
-    (field(r, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
+    let settle = Duration::from_millis(200);
+    common::peer_jobs::run("wait_on_device", wait_peer, timeout_ms, settle, act)
 }
 
 /// Every device wait kind.

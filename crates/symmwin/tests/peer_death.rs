@@ -5,19 +5,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{field, result, Job};
+use common::field;
+use common::peer_jobs::{rank_1_leaves, seconds_after as after, unix_ms};
 use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions};
 
 common::worker! { "wait_in_rendezvous" => wait_in_rendezvous }
-
-fn unix_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
 
 /// Both ranks make one window (so each knows the other's pid); then rank 1 does what
 /// `PEER` says (`exit`: exits 0; `hold`: sleeps, for the test to kill or stop) and rank
@@ -28,11 +22,7 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
     let alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
     if rank == 1 {
-        if std::env::var("PEER").as_deref() == Ok("exit") {
-            std::process::exit(0);
-        }
-        std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
-        std::thread::sleep(Duration::from_secs(60));
+        rank_1_leaves();
     }
     let next = Allocation::new(provider, 4096).unwrap();
     let started = Instant::now();
@@ -62,32 +52,17 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
 
 /// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
 fn run(
-    (wait, peer): (&str, &str),
+    wait_peer: (&str, &str),
     timeout_ms: u64,
     act: impl FnOnce(&mut common::Ranks),
 ) -> (String, u128) {
-    let job = Job::new(&format!("d-{}-{peer}", &wait[..4]));
-    let ready = job.dir.join("ready");
-    let env = [
-        ("WAIT", wait.to_owned()),
-        ("PEER", peer.to_owned()),
-        ("READY", ready.display().to_string()),
-        common::timeout_ms(timeout_ms),
-    ];
-    let mut ranks = job.spawn(2, "wait_in_rendezvous", &env);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let acted = unix_ms();
-    act(&mut ranks);
-    let outs = ranks.wait(Duration::from_secs(60));
-    common::assert_success(&outs[0], "rank 0");
-    (result(&outs[0]), acted)
-}
-
-fn after(r: &str, acted: u128) -> f64 {
-    (field(r, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
+    common::peer_jobs::run(
+        "wait_in_rendezvous",
+        wait_peer,
+        timeout_ms,
+        Duration::ZERO,
+        act,
+    )
 }
 
 /// Every host wait kind.

@@ -9,6 +9,7 @@
 
 pub mod hooked_store;
 pub mod hosts;
+pub mod peer_jobs;
 pub mod quoted;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,66 @@
+//! World-2 jobs in which rank 1 leaves (exits, or holds until the test kills or stops
+//! it) while rank 0 waits for it: the runner the dead-peer tests of the host and of the
+//! CUDA provider share.
+//!
+//! The worker reads `WAIT` (what rank 0 waits in), `PEER` (`exit`: rank 1 exits 0 at
+//! once; `hold`: rank 1 writes the file `READY` names, then sleeps) and reports a
+//! result line with at least `at=` (when rank 0's wait ended, [`unix_ms`]).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{field, result, Job, Ranks};
+
+/// Milliseconds since the epoch, comparable between the test and its workers.
+pub fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Run `worker` at world 2 with rank 1 doing `peer` and rank 0 waiting in `wait`;
+/// `act` is done to rank 1 once it is ready and `settle` has passed (time for rank 0
+/// to start waiting). Returns rank 0's result line and when `act` ran.
+pub fn run(
+    worker: &str,
+    (wait, peer): (&str, &str),
+    timeout_ms: u64,
+    settle: Duration,
+    act: impl FnOnce(&mut Ranks),
+) -> (String, u128) {
+    let job = Job::new(&format!("{}-{}-{peer}", &worker[..4], &wait[..4]));
+    let ready = job.dir.join("ready");
+    let env = [
+        ("WAIT", wait.to_owned()),
+        ("PEER", peer.to_owned()),
+        ("READY", ready.display().to_string()),
+        super::timeout_ms(timeout_ms),
+    ];
+    let mut ranks = job.spawn(2, worker, &env);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(settle);
+    let acted = unix_ms();
+    act(&mut ranks);
+    let outs = ranks.wait(Duration::from_secs(90));
+    super::assert_success(&outs[0], "rank 0");
+    (result(&outs[0]), acted)
+}
+
+/// Seconds from `acted` to the end of the wait reported in `result`.
+pub fn seconds_after(result: &str, acted: u128) -> f64 {
+    (field(result, "at").parse::<u128>().unwrap() - acted) as f64 / 1000.0
+}
+
+/// Rank 1's part of the job: exit at once, or say it is ready and sleep until the test
+/// acts on it.
+pub fn rank_1_leaves() -> ! {
+    if std::env::var("PEER").as_deref() == Ok("exit") {
+        std::process::exit(0);
+    }
+    std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+    std::process::exit(0)
+}
