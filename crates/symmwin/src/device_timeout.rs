@@ -18,7 +18,7 @@ use crate::text::Seconds;
 pub struct DeviceTimeout {
     /// `Some` when the wait ended because the peer `missing[0]` ended (its pid and how),
     /// not because the limit passed.
-    pub exited: Option<crate::peer_watch::PeerExit>,
+    pub exited: Option<crate::peer_exit::PeerExit>,
     /// The operation that waited: `barrier`, `put_signal`, `wait_signal`, or a device op.
     pub op: &'static str,
     /// The signal channel it waited on.

@@ -50,6 +50,7 @@ mod layout;
 mod limits;
 mod logging;
 mod ops;
+mod peer_exit;
 mod peer_watch;
 mod private_dir;
 mod probe;
@@ -89,7 +90,8 @@ pub use ops::collective::{
 };
 pub use ops::plan::Shape;
 pub use ops::{ElemType, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
-pub use peer_watch::{PeerExit, PeerSet};
+pub use peer_exit::PeerExit;
+pub use peer_watch::PeerSet;
 pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
 pub use provider::cuda::{
     check_context as check_cuda_context, device_count as cuda_device_count, peer_access,

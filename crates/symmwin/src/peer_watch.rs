@@ -29,17 +29,10 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions};
 
+pub use crate::peer_exit::PeerExit;
+
 /// How often the thread checks pids it has no pidfd for.
 const FALLBACK_PERIOD: Duration = Duration::from_millis(100);
-
-/// How a watched process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerExit {
-    /// The process.
-    pub pid: u32,
-    /// "exited", or, for a child of this process, its status or signal.
-    pub how: String,
-}
 
 /// Where the watcher marks the ranks of a peer set that end: memory a device reads while
 /// it waits (a provider's host-mapped array). Marking is idempotent: a rank may be

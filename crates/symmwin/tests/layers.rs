@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "protocol",
             "private_dir",
             "layout",
+            "peer_exit",
             "peer_watch",
             "config",
             "logging",

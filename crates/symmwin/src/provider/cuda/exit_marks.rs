@@ -18,11 +18,13 @@ use std::sync::{Arc, Mutex};
 use super::context::PrimaryContext;
 use super::driver::DriverError;
 use super::pinned::Pinned;
-use super::signals::MAX_WORLD;
 use crate::peer_watch::{ExitMarks, PeerSet};
 
-/// One group's marks, one word per rank of any world the kernels support.
-struct MarkArray(Pinned<[AtomicU32; MAX_WORLD]>);
+/// Ranks a group's marks hold: every world the kernels support (signals.rs asserts it).
+pub(super) const RANKS: usize = 1024;
+
+/// One group's marks, one word per rank.
+struct MarkArray(Pinned<[AtomicU32; RANKS]>);
 
 impl MarkArray {
     fn clear(&self) {

@@ -33,6 +33,9 @@ pub const DEFAULT_OP_TIMEOUT: Duration = crate::config::DEFAULT_DEVICE_TIMEOUT;
 /// Largest world a barrier supports: one thread per peer in a single block.
 pub const MAX_WORLD: usize = 1024;
 
+// A waiting kernel reads the exit mark of any rank of its group.
+const _: () = assert!(MAX_WORLD <= super::exit_marks::RANKS);
+
 /// True when the embedded PTX holds kernels rather than the placeholder.
 #[cfg(test)]
 pub(crate) fn kernels_built() -> bool {

@@ -1,0 +1,11 @@
+//! How a peer's process ended, as the peer watcher (`peer_watch.rs`) saw it and as the
+//! errors of the waits for it (host and device) name it.
+
+/// How a watched process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerExit {
+    /// The process.
+    pub pid: u32,
+    /// "exited", or, for a child of this process, its status or signal.
+    pub how: String,
+}
