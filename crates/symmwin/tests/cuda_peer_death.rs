@@ -124,3 +124,23 @@ fn a_stopped_peer_gets_the_whole_timeout_in_every_device_wait() {
         assert!(waited >= 1.0, "{wait}: {r}");
     }
 }
+
+/// The device rows of docs/RELIABILITY.md's detection table: for each device wait kind,
+/// a peer that exits cleanly and one that is SIGKILLed, `RUNS` times each (default 20);
+/// how long after the event rank 0's synchronize failed naming it (the trap's delivery
+/// included), median and max. A benchmark: `bench/peer_death.sh --cuda` runs it.
+#[test]
+#[ignore = "benchmark (needs a CUDA GPU): bench/peer_death.sh --cuda runs it"]
+fn detection_figures() {
+    common::peer_jobs::print_detection_figures(&WAITS, |wait, peer| {
+        let (r, acted) = match peer {
+            "exit" => run((wait, "exit"), 30_000, |_| {}),
+            _ => run((wait, "hold"), 30_000, |ranks| ranks.kill(1)),
+        };
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
+        match peer {
+            "exit" => field(&r, "waited").parse().unwrap(),
+            _ => after(&r, acted),
+        }
+    });
+}

@@ -113,34 +113,15 @@ fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
 #[test]
 #[ignore = "benchmark: bench/peer_death.sh runs it"]
 fn detection_figures() {
-    let runs: usize = std::env::var("RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(20);
-    println!("| wait | peer | named after (median / max of {runs} runs) |\n| --- | --- | --- |");
-    for wait in WAITS {
-        for peer in ["exit", "kill"] {
-            let mut times: Vec<f64> = (0..runs)
-                .map(|_| {
-                    let (r, acted) = match peer {
-                        "exit" => run((wait, "exit"), 10_000, |_| {}),
-                        _ => run((wait, "hold"), 10_000, |ranks| ranks.kill(1)),
-                    };
-                    assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
-                    match peer {
-                        "exit" => field(&r, "waited").parse().unwrap(),
-                        _ => after(&r, acted),
-                    }
-                })
-                .collect();
-            times.sort_by(f64::total_cmp);
-            let (median, max) = (times[times.len() / 2], times[times.len() - 1]);
-            let how = if peer == "exit" { "exits 0" } else { "SIGKILL" };
-            println!(
-                "| {wait} | {how} | {:.0} / {:.0} ms |",
-                median * 1e3,
-                max * 1e3
-            );
+    common::peer_jobs::print_detection_figures(&WAITS, |wait, peer| {
+        let (r, acted) = match peer {
+            "exit" => run((wait, "exit"), 10_000, |_| {}),
+            _ => run((wait, "hold"), 10_000, |ranks| ranks.kill(1)),
+        };
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
+        match peer {
+            "exit" => field(&r, "waited").parse().unwrap(),
+            _ => after(&r, acted),
         }
-    }
+    });
 }

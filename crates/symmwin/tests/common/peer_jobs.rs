@@ -64,3 +64,28 @@ pub fn rank_1_leaves() -> ! {
     std::thread::sleep(Duration::from_secs(60));
     std::process::exit(0)
 }
+
+/// The rows of docs/RELIABILITY.md's detection table: for each of `waits`, a peer that
+/// exits 0 and one that is SIGKILLed, `RUNS` times each (default 20), timed by
+/// `named_after(wait, "exit" | "kill")` (seconds from the event to the wait's error);
+/// prints median and max.
+pub fn print_detection_figures(waits: &[&str], mut named_after: impl FnMut(&str, &str) -> f64) {
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(20);
+    println!("| wait | peer | named after (median / max of {runs} runs) |\n| --- | --- | --- |");
+    for wait in waits {
+        for peer in ["exit", "kill"] {
+            let mut times: Vec<f64> = (0..runs).map(|_| named_after(wait, peer)).collect();
+            times.sort_by(f64::total_cmp);
+            let (median, max) = (times[times.len() / 2], times[times.len() - 1]);
+            let how = if peer == "exit" { "exits 0" } else { "SIGKILL" };
+            println!(
+                "| {wait} | {how} | {:.0} / {:.0} ms |",
+                median * 1e3,
+                max * 1e3
+            );
+        }
+    }
+}
