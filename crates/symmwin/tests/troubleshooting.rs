@@ -183,3 +183,30 @@ fn device_wait_timed_out() {
     assert!(err.is_context_lost());
     assert_quoted(&err.to_string());
 }
+
+#[test]
+fn device_wait_for_a_peer_that_exited() {
+    // As above, for a wait that ended because the peer's process ended (its exit mark;
+    // the GPU tests produce it for real: cuda_peer_death.rs).
+    let timeout = symmwin::DeviceTimeout {
+        exited: Some(symmwin::PeerExit {
+            pid: 4242,
+            how: "exited".into(),
+        }),
+        op: "barrier",
+        channel: 1,
+        rank: 0,
+        missing: vec![3],
+        unlisted: 0,
+        waited: Duration::from_millis(590),
+        limit: Duration::from_secs(60),
+    };
+    let err = symmwin::Error::new(
+        symmwin::Phase::Signal,
+        symmwin::ErrorKind::ContextLost(Box::new(timeout)),
+    )
+    .at_rank(0)
+    .with_peer(3);
+    assert!(err.is_context_lost() && !err.is_timeout());
+    assert_quoted(&err.to_string());
+}
