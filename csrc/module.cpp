@@ -9,6 +9,7 @@
 #include "allocator.h"
 #include "errors.h"
 #include "handle.h"
+#include "ops_operands.h"
 
 #include <c10/util/Exception.h>
 #include <pybind11/stl.h>
@@ -119,6 +120,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             {"copy_engine", SYMMWIN_ENGINE_COPY_ENGINE}};
       },
       "Engine name -> code of the ops' engine setting (the C header's SYMMWIN_ENGINE_*).");
+  m.def(
+      "_swap_engine",
+      &symmwin_torch::swap_engine,
+      py::arg("code"),
+      "Set this thread's engine code (as torch.ops.symmwin._set_engine does) and return "
+      "the one it replaced.");
   m.def(
       "allocation_count",
       &symmwin_allocation_count,

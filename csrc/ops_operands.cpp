@@ -42,6 +42,12 @@ int64_t get_engine() {
   return engine_override;
 }
 
+int64_t swap_engine(int64_t code) {
+  const int64_t before = engine_override;
+  set_engine(code);
+  return before;
+}
+
 Bound bind_tensor(
     const at::Tensor& t,
     const std::string& group,

@@ -24,6 +24,9 @@ SymmwinOpOptions options_for(const at::Tensor& t);
 // torch.ops.symmwin._set_engine / _get_engine: the engine of the ops on this thread.
 void set_engine(int64_t code);
 int64_t get_engine();
+// set_engine, returning the setting it replaced: the engine= argument of symmwin.ops's
+// wrappers, from Python without a trip through torch's dispatcher.
+int64_t swap_engine(int64_t code);
 
 // A tensor bound to its window; `handle` or `owned` keeps the window alive for the call.
 struct Bound {

@@ -77,9 +77,13 @@ def set_engine(name: str) -> None:
         name: ``"auto"``, ``"sm"``, ``"copy_engine"``, or ``"default"`` (back to
             ``SYMMWIN_OPS_ENGINE``, else auto).
     """
+    _ops._set_engine(_engine_code(name))
+
+
+def _engine_code(name: str) -> int:
     if name not in _ENGINES:
         raise ValueError(f"unknown engine {name!r}; expected one of {sorted(_ENGINES)}")
-    _ops._set_engine(_ENGINES[name])
+    return _ENGINES[name]
 
 
 def get_engine() -> str:
@@ -99,6 +103,27 @@ def engine(name: str | None) -> Iterator[None]:
         yield
     finally:
         set_engine(before)
+
+
+def _on_engine(engine: str | None, op: Any, *args: Any) -> Any:
+    """``op(*args)`` on ``engine`` (``None``: this thread's setting).
+
+    The eager path sets and restores the thread's engine through ``_C`` directly: the
+    torch ops ``_get_engine`` / ``_set_engine`` cost a dispatcher round trip each,
+    which on a 4 KiB op was more than the op itself. Under ``torch.compile`` the torch
+    ops stay, so the engine setting is part of the traced graph.
+    """
+    if engine is None:
+        return op(*args)
+    code = _engine_code(engine)
+    if torch.compiler.is_compiling():
+        with _engine(engine):
+            return op(*args)
+    before = _C._swap_engine(code)
+    try:
+        return op(*args)
+    finally:
+        _C._swap_engine(before)
 
 
 def all_to_all_vdev(
@@ -180,8 +205,7 @@ def all_to_all(
     Block ``j`` of ``input`` (``numel / world`` elements) lands at block ``rank`` of
     rank ``j``'s ``out``.
     """
-    with _engine(engine):
-        return _ops.all_to_all(input, out, _group_name(group_name))
+    return _on_engine(engine, _ops.all_to_all, input, out, _group_name(group_name))
 
 
 def all_to_all_into(
@@ -192,8 +216,7 @@ def all_to_all_into(
     engine: str | None = None,
 ) -> None:
     """:func:`all_to_all` returning nothing: the form ``torch.compile`` traces."""
-    with _engine(engine):
-        _ops.all_to_all_into(input, out, _group_name(group_name))
+    _on_engine(engine, _ops.all_to_all_into, input, out, _group_name(group_name))
 
 
 def broadcast(
@@ -204,8 +227,7 @@ def broadcast(
     engine: str | None = None,
 ) -> torch.Tensor:
     """Copy ``root``'s ``input`` into every rank's (torch's ``nvshmem_broadcast``)."""
-    with _engine(engine):
-        return _ops.broadcast(input, root, _group_name(group_name))
+    return _on_engine(engine, _ops.broadcast, input, root, _group_name(group_name))
 
 
 def broadcast_into(
@@ -216,20 +238,17 @@ def broadcast_into(
     engine: str | None = None,
 ) -> None:
     """:func:`broadcast` returning nothing: the form ``torch.compile`` traces."""
-    with _engine(engine):
-        _ops.broadcast_into(input, root, _group_name(group_name))
+    _on_engine(engine, _ops.broadcast_into, input, root, _group_name(group_name))
 
 
 def put(tensor: torch.Tensor, peer: int, *, engine: str | None = None) -> None:
     """Copy this rank's ``tensor`` into the same tensor of world rank ``peer``."""
-    with _engine(engine):
-        _ops.put(tensor, peer)
+    _on_engine(engine, _ops.put, tensor, peer)
 
 
 def get(tensor: torch.Tensor, peer: int, *, engine: str | None = None) -> None:
     """Copy world rank ``peer``'s ``tensor`` into this rank's."""
-    with _engine(engine):
-        _ops.get(tensor, peer)
+    _on_engine(engine, _ops.get, tensor, peer)
 
 
 def put_with_signal(tensor: torch.Tensor, sigpad: torch.Tensor, signal: int, peer: int) -> None:

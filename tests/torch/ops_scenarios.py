@@ -167,6 +167,20 @@ def ops_host_sized(ctx):
         out.fill_(0)
         ops.all_to_all_into(inp, out, _group(), engine="sm")
         assert torch.equal(out.cpu(), want)
+        # engine= holds for one call: the thread's setting is back afterwards, also
+        # inside an engine() block and after a call that raised.
+        assert ops.get_engine() == "default"
+        with ops.engine("copy_engine"):
+            ops.all_to_all_into(inp, out, _group(), engine="sm")
+            assert ops.get_engine() == "copy_engine"
+        assert ops.get_engine() == "default"
+        try:
+            ops.all_to_all_into(inp, out[:1], _group(), engine="sm")
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("a one-element out was accepted")
+        assert ops.get_engine() == "default"
         for root in range(W):
             buf = _sym(ctx, (7,), dtype)
             buf.fill_(me + 1)
