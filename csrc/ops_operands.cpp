@@ -11,6 +11,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <optional>
+
 namespace symmwin_torch {
 namespace {
 
@@ -19,6 +21,22 @@ namespace sm = c10d::symmetric_memory;
 // Engine of SymmwinOpOptions for ops on this thread: the one place this setting lives
 // (torch.ops.symmwin._set_engine / _get_engine; symmwin.ops names the codes).
 thread_local int64_t engine_override = SYMMWIN_ENGINE_DEFAULT;
+
+// The core's device index of a tensor: -1 for the host provider.
+int core_device(const at::Tensor& t) {
+  return t.is_cuda() ? t.device().index() : -1;
+}
+
+// `t`'s operand when its allocation already has a window on `group`, else nothing.
+std::optional<Bound> existing_window(const at::Tensor& t, const char* group, size_t len) {
+  SymmwinWindow* window = nullptr;
+  size_t offset = 0;
+  if (symmwin_window_existing(t.data_ptr(), group, core_device(t), &window, &offset) != SYMMWIN_OK) {
+    return std::nullopt;
+  }
+  std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
+  return Bound{Handle(), owned, SymmwinOperand{window, offset, len, 0}};
+}
 
 } // namespace
 
@@ -55,6 +73,11 @@ Bound bind_tensor(
     const char* what,
     size_t len) {
   TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
+  // Every call after a tensor's first: its window is in the core's registry, so one
+  // lookup replaces torch's rendezvous (group resolution, a new handle per operand).
+  if (auto found = existing_window(t, group.c_str(), len)) {
+    return *std::move(found);
+  }
   Handle handle = sm::rendezvous(t, group);
   SymmwinWindow* window = handle ? symmwin_torch::window_of(handle) : nullptr;
   TORCH_CHECK(
@@ -78,9 +101,8 @@ Bound bind_existing(const at::Tensor& t, const char* op, const char* what, size_
   TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
   SymmwinWindow* window = nullptr;
   size_t offset = 0;
-  const int device = t.is_cuda() ? t.device().index() : -1; // -1: the host provider
   const auto status =
-      symmwin_window_existing(t.data_ptr(), kWorldGroup, device, &window, &offset);
+      symmwin_window_existing(t.data_ptr(), kWorldGroup, core_device(t), &window, &offset);
   TORCH_CHECK(
       status != SYMMWIN_NOT_FOUND,
       "symmwin.",
