@@ -21,9 +21,9 @@
 //   - wait with `put_or_trap` / `wait_or_trap` (one thread, one peer), or, when several
 //     threads of a block wait for different peers (a barrier), with `timed_put` /
 //     `timed_wait` and a shared `BlockTimeouts` so one report names every late peer;
-//   - `spin_until` turns any try-once predicate into a timed wait; `spin_for_peer` into
-//     a timed wait for one peer that also ends, reported like a timeout, when the host
-//     marks that peer's process as ended (WaitReport::exits).
+//   - `spin_for_peer` turns any try-once predicate into a timed wait for one peer,
+//     which also ends, reported like a timeout, when the host marks that peer's process
+//     as ended (WaitReport::exits).
 // Add a new operation's id to `WaitOp` and `op_name` below and to `WaitOp` in
 // crates/symmwin/src/provider/cuda/timeout_record.rs (same numbers).
 //
@@ -138,23 +138,8 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 }
 
 // The host may pass a saturated timeout (u64 max): never let the deadline wrap.
-__device__ __forceinline__ uint64_t deadline_after(uint64_t timeout_ns) {
-  const uint64_t now = global_timer_ns();
-  return timeout_ns > ~0ull - now ? ~0ull : now + timeout_ns;
-}
-
-// Calls `try_once()` until it returns true or `timeout_ns` has passed.
-// Returns 0 on success, else the time waited (always > timeout_ns > 0).
-template <typename TryOnce>
-__device__ __forceinline__ uint64_t spin_until(TryOnce try_once, uint64_t timeout_ns) {
-  const uint64_t deadline = deadline_after(timeout_ns);
-  while (!try_once()) {
-    const uint64_t now = global_timer_ns();
-    if (now > deadline) {
-      return now - deadline + timeout_ns;
-    }
-  }
-  return 0;
+__device__ __forceinline__ uint64_t deadline_from(uint64_t start, uint64_t timeout_ns) {
+  return timeout_ns > ~0ull - start ? ~0ull : start + timeout_ns;
 }
 
 // Polls between two looks at a peer's exit mark: a look reads host memory over PCIe
@@ -167,9 +152,10 @@ __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel
                                              uint32_t missing, uint64_t waited_ns,
                                              uint32_t exited_pid);
 
-// `spin_until` for a wait on `peer` that also ends when the host marks `peer`'s process
-// as ended (`report.exits`): the wait reports and traps as a timeout does, naming the
-// peer and its pid. The condition is always tried before the mark is looked at, so a
+// Calls `try_once()` until it returns true or `report.timeout_ns` has passed, a wait
+// for `peer` that also ends when the host marks `peer`'s process as ended
+// (`report.exits`): then it reports and traps as a timeout does, naming the peer and its
+// pid. The condition is always tried before the mark is looked at, so a
 // peer that did its part and then ended never fails a wait it already satisfied; the
 // first look comes only after kPollsPerExitLook polls, so a wait that succeeds at once
 // never reads the mark.
@@ -179,7 +165,7 @@ __device__ __forceinline__ uint64_t spin_for_peer(TryOnce try_once, const WaitRe
                                                   uint32_t peer, uint32_t channel) {
   const uint64_t start = global_timer_ns();
   const uint64_t timeout_ns = report.timeout_ns;
-  const uint64_t deadline = timeout_ns > ~0ull - start ? ~0ull : start + timeout_ns;
+  const uint64_t deadline = deadline_from(start, timeout_ns);
   const volatile uint32_t* exits = reinterpret_cast<const volatile uint32_t*>(report.exits);
   for (uint32_t polls = 1; !try_once(); ++polls) {
     const uint64_t now = global_timer_ns();
