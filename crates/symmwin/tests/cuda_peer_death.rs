@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{rank_1_leaves, seconds_after as after, unix_ms};
+use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
 use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions, Stream};
 
 common::worker! { "wait_on_device" => wait_on_device }
@@ -61,16 +61,12 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     )
 }
 
-/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready and
-/// rank 0's kernel has had time to start waiting.
-fn run(
-    wait_peer: (&str, &str),
-    timeout_ms: u64,
-    act: impl FnOnce(&mut common::Ranks),
-) -> (String, u128) {
-    let settle = Duration::from_millis(200);
-    common::peer_jobs::run("wait_on_device", wait_peer, timeout_ms, settle, act)
-}
+/// The jobs of these tests; rank 0's kernel gets time to start waiting before rank 1
+/// is acted on.
+const JOB: PeerJob = PeerJob {
+    worker: "wait_on_device",
+    settle: Duration::from_millis(200),
+};
 
 /// Every device wait kind.
 const WAITS: [&str; 3] = ["barrier", "wait_signal", "all_to_all"];
@@ -82,7 +78,7 @@ const NAMED_WITHIN: f64 = 1.1;
 #[ignore = "needs a CUDA GPU"]
 fn a_peer_that_exits_is_named_within_a_second_in_every_device_wait() {
     for wait in WAITS {
-        let (r, _) = run((wait, "exit"), 30_000, |_| {});
+        let (r, _) = JOB.run((wait, "exit"), 30_000, |_| {});
         assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
         assert_eq!(field(&r, "lost"), "true", "{wait}: {r}");
         assert_eq!(field(&r, "peer"), "Some(1)", "{wait}: {r}");
@@ -95,7 +91,7 @@ fn a_peer_that_exits_is_named_within_a_second_in_every_device_wait() {
 #[ignore = "needs a CUDA GPU"]
 fn a_killed_peer_is_named_within_a_second_in_every_device_wait() {
     for wait in WAITS {
-        let (r, acted) = run((wait, "hold"), 30_000, |ranks| ranks.kill(1));
+        let (r, acted) = JOB.run((wait, "hold"), 30_000, |ranks| ranks.kill(1));
         assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
         assert!(field(&r, "msg").contains("(pid_"), "{wait}: {r}");
         let late = after(&r, acted);
@@ -110,14 +106,7 @@ fn a_killed_peer_is_named_within_a_second_in_every_device_wait() {
 #[ignore = "needs a CUDA GPU"]
 fn a_stopped_peer_gets_the_whole_timeout_in_every_device_wait() {
     for wait in WAITS {
-        let (r, _) = run((wait, "hold"), 1000, |ranks| {
-            let pid = ranks.pid(1) as i32;
-            // SAFETY: a plain signal to our own child.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-            std::thread::sleep(Duration::from_millis(1500));
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
+        let (r, _) = JOB.run((wait, "hold"), 1000, stop_then_kill);
         assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
         assert!(field(&r, "msg").contains("timed_out"), "{wait}: {r}");
         let waited: f64 = field(&r, "waited").parse().unwrap();
@@ -132,15 +121,5 @@ fn a_stopped_peer_gets_the_whole_timeout_in_every_device_wait() {
 #[test]
 #[ignore = "benchmark (needs a CUDA GPU): bench/peer_death.sh --cuda runs it"]
 fn detection_figures() {
-    common::peer_jobs::print_detection_figures(&WAITS, |wait, peer| {
-        let (r, acted) = match peer {
-            "exit" => run((wait, "exit"), 30_000, |_| {}),
-            _ => run((wait, "hold"), 30_000, |ranks| ranks.kill(1)),
-        };
-        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
-        match peer {
-            "exit" => field(&r, "waited").parse().unwrap(),
-            _ => after(&r, acted),
-        }
-    });
+    JOB.print_detection_figures(&WAITS, 30_000);
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{rank_1_leaves, seconds_after as after, unix_ms};
+use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
 use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions};
 
 common::worker! { "wait_in_rendezvous" => wait_in_rendezvous }
@@ -50,20 +50,11 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
     )
 }
 
-/// Run the job with rank 1 doing `peer`; `act` is done to rank 1 once it is ready.
-fn run(
-    wait_peer: (&str, &str),
-    timeout_ms: u64,
-    act: impl FnOnce(&mut common::Ranks),
-) -> (String, u128) {
-    common::peer_jobs::run(
-        "wait_in_rendezvous",
-        wait_peer,
-        timeout_ms,
-        Duration::ZERO,
-        act,
-    )
-}
+/// The jobs of these tests.
+const JOB: PeerJob = PeerJob {
+    worker: "wait_in_rendezvous",
+    settle: Duration::ZERO,
+};
 
 /// Every host wait kind.
 const WAITS: [&str; 4] = ["rendezvous", "barrier", "wait_signal", "all_to_all"];
@@ -71,7 +62,7 @@ const WAITS: [&str; 4] = ["rendezvous", "barrier", "wait_signal", "all_to_all"];
 #[test]
 fn a_peer_that_exits_cleanly_is_named_within_a_second_in_every_host_wait() {
     for wait in WAITS {
-        let (r, _) = run((wait, "exit"), 10_000, |_| {});
+        let (r, _) = JOB.run((wait, "exit"), 10_000, |_| {});
         assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
         let waited: f64 = field(&r, "waited").parse().unwrap();
         assert!(waited < 1.0, "{wait}: {r}");
@@ -81,7 +72,7 @@ fn a_peer_that_exits_cleanly_is_named_within_a_second_in_every_host_wait() {
 #[test]
 fn a_killed_peer_is_named_within_a_second_in_every_host_wait() {
     for wait in WAITS {
-        let (r, acted) = run((wait, "hold"), 10_000, |ranks| ranks.kill(1));
+        let (r, acted) = JOB.run((wait, "hold"), 10_000, |ranks| ranks.kill(1));
         assert_eq!(field(&r, "exited"), "rank1:exited", "{wait}: {r}");
         let late = after(&r, acted);
         assert!(late < 1.0, "{wait}: named {late} s after the kill: {r}");
@@ -91,14 +82,7 @@ fn a_killed_peer_is_named_within_a_second_in_every_host_wait() {
 #[test]
 fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
     for wait in WAITS {
-        let (r, _) = run((wait, "hold"), 1000, |ranks| {
-            let pid = ranks.pid(1) as i32;
-            // SAFETY: a plain signal to our own child.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-            std::thread::sleep(Duration::from_millis(1500));
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
+        let (r, _) = JOB.run((wait, "hold"), 1000, stop_then_kill);
         assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
         assert_eq!(field(&r, "timeout"), "true", "{wait}: {r}");
         let waited: f64 = field(&r, "waited").parse().unwrap();
@@ -113,15 +97,5 @@ fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
 #[test]
 #[ignore = "benchmark: bench/peer_death.sh runs it"]
 fn detection_figures() {
-    common::peer_jobs::print_detection_figures(&WAITS, |wait, peer| {
-        let (r, acted) = match peer {
-            "exit" => run((wait, "exit"), 10_000, |_| {}),
-            _ => run((wait, "hold"), 10_000, |ranks| ranks.kill(1)),
-        };
-        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {peer}: {r}");
-        match peer {
-            "exit" => field(&r, "waited").parse().unwrap(),
-            _ => after(&r, acted),
-        }
-    });
+    JOB.print_detection_figures(&WAITS, 10_000);
 }

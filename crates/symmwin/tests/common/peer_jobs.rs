@@ -18,35 +18,95 @@ pub fn unix_ms() -> u128 {
         .as_millis()
 }
 
-/// Run `worker` at world 2 with rank 1 doing `peer` and rank 0 waiting in `wait`;
-/// `act` is done to rank 1 once it is ready and `settle` has passed (time for rank 0
-/// to start waiting). Returns rank 0's result line and when `act` ran.
-pub fn run(
-    worker: &str,
-    (wait, peer): (&str, &str),
-    timeout_ms: u64,
-    settle: Duration,
-    act: impl FnOnce(&mut Ranks),
-) -> (String, u128) {
-    let job = Job::new(&format!("{}-{}-{peer}", &worker[..4], &wait[..4]));
-    let ready = job.dir.join("ready");
-    let env = [
-        ("WAIT", wait.to_owned()),
-        ("PEER", peer.to_owned()),
-        ("READY", ready.display().to_string()),
-        super::timeout_ms(timeout_ms),
-    ];
-    let mut ranks = job.spawn(2, worker, &env);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while peer != "exit" && !ready.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
+/// The jobs of one dead-peer test: its worker, and how long to let rank 0's wait start
+/// before acting on rank 1.
+pub struct PeerJob {
+    pub worker: &'static str,
+    pub settle: Duration,
+}
+
+impl PeerJob {
+    /// Run the worker at world 2 with rank 1 doing `peer` and rank 0 waiting in `wait`;
+    /// `act` is done to rank 1 once it is ready and `settle` has passed. Returns rank
+    /// 0's result line and when `act` ran.
+    pub fn run(
+        &self,
+        (wait, peer): (&str, &str),
+        timeout_ms: u64,
+        act: impl FnOnce(&mut Ranks),
+    ) -> (String, u128) {
+        let job = Job::new(&format!("{}-{}-{peer}", &self.worker[..4], &wait[..4]));
+        let ready = job.dir.join("ready");
+        let env = [
+            ("WAIT", wait.to_owned()),
+            ("PEER", peer.to_owned()),
+            ("READY", ready.display().to_string()),
+            super::timeout_ms(timeout_ms),
+        ];
+        let mut ranks = job.spawn(2, self.worker, &env);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while peer != "exit" && !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(self.settle);
+        let acted = unix_ms();
+        act(&mut ranks);
+        let outs = ranks.wait(Duration::from_secs(90));
+        super::assert_success(&outs[0], "rank 0");
+        (result(&outs[0]), acted)
     }
-    std::thread::sleep(settle);
-    let acted = unix_ms();
-    act(&mut ranks);
-    let outs = ranks.wait(Duration::from_secs(90));
-    super::assert_success(&outs[0], "rank 0");
-    (result(&outs[0]), acted)
+
+    /// How long after rank 1 exits 0 (`how` = "exit") or is SIGKILLed ("kill") rank 0's
+    /// wait in `wait` failed naming it, in seconds.
+    pub fn named_after(&self, wait: &str, how: &str, timeout_ms: u64) -> f64 {
+        let (r, acted) = match how {
+            "exit" => self.run((wait, "exit"), timeout_ms, |_| {}),
+            _ => self.run((wait, "hold"), timeout_ms, |ranks| ranks.kill(1)),
+        };
+        assert_eq!(field(&r, "exited"), "rank1:exited", "{wait} {how}: {r}");
+        match how {
+            "exit" => field(&r, "waited").parse().unwrap(),
+            _ => seconds_after(&r, acted),
+        }
+    }
+
+    /// The rows of docs/RELIABILITY.md's detection table: for each of `waits`, a peer
+    /// that exits 0 and one that is SIGKILLed, `RUNS` times each (default 20); prints
+    /// median and max of [`PeerJob::named_after`].
+    pub fn print_detection_figures(&self, waits: &[&str], timeout_ms: u64) {
+        let runs: usize = std::env::var("RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(20);
+        println!(
+            "| wait | peer | named after (median / max of {runs} runs) |\n| --- | --- | --- |"
+        );
+        for wait in waits {
+            for how in ["exit", "kill"] {
+                let mut times: Vec<f64> = (0..runs)
+                    .map(|_| self.named_after(wait, how, timeout_ms))
+                    .collect();
+                times.sort_by(f64::total_cmp);
+                let (median, max) = (times[times.len() / 2], times[times.len() - 1]);
+                let peer = if how == "exit" { "exits 0" } else { "SIGKILL" };
+                println!(
+                    "| {wait} | {peer} | {:.0} / {:.0} ms |",
+                    median * 1e3,
+                    max * 1e3
+                );
+            }
+        }
+    }
+}
+
+/// Stop rank 1 (alive but silent) for longer than a 1 s timeout, then kill it.
+pub fn stop_then_kill(ranks: &mut Ranks) {
+    let pid = ranks.pid(1) as i32;
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
 /// Seconds from `acted` to the end of the wait reported in `result`.
@@ -63,29 +123,4 @@ pub fn rank_1_leaves() -> ! {
     std::fs::write(std::env::var("READY").unwrap(), b"").unwrap();
     std::thread::sleep(Duration::from_secs(60));
     std::process::exit(0)
-}
-
-/// The rows of docs/RELIABILITY.md's detection table: for each of `waits`, a peer that
-/// exits 0 and one that is SIGKILLed, `RUNS` times each (default 20), timed by
-/// `named_after(wait, "exit" | "kill")` (seconds from the event to the wait's error);
-/// prints median and max.
-pub fn print_detection_figures(waits: &[&str], mut named_after: impl FnMut(&str, &str) -> f64) {
-    let runs: usize = std::env::var("RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(20);
-    println!("| wait | peer | named after (median / max of {runs} runs) |\n| --- | --- | --- |");
-    for wait in waits {
-        for peer in ["exit", "kill"] {
-            let mut times: Vec<f64> = (0..runs).map(|_| named_after(wait, peer)).collect();
-            times.sort_by(f64::total_cmp);
-            let (median, max) = (times[times.len() / 2], times[times.len() - 1]);
-            let how = if peer == "exit" { "exits 0" } else { "SIGKILL" };
-            println!(
-                "| {wait} | {how} | {:.0} / {:.0} ms |",
-                median * 1e3,
-                max * 1e3
-            );
-        }
-    }
 }
