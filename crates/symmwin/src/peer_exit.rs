@@ -9,3 +9,13 @@ pub struct PeerExit {
     /// "exited", or, for a child of this process, its status or signal.
     pub how: String,
 }
+
+impl PeerExit {
+    /// A process that ended in a way this process cannot know (it is not our child).
+    pub(crate) fn exited(pid: u32) -> Self {
+        PeerExit {
+            pid,
+            how: "exited".to_owned(),
+        }
+    }
+}

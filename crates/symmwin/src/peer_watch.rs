@@ -29,7 +29,7 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions};
 
-pub use crate::peer_exit::PeerExit;
+use crate::peer_exit::PeerExit;
 
 /// How often the thread checks pids it has no pidfd for.
 const FALLBACK_PERIOD: Duration = Duration::from_millis(100);
@@ -274,13 +274,10 @@ fn ended(pid: u32, pidfd: Option<&OwnedFd>) -> PeerExit {
             .ok()
             .flatten()
     });
-    let how = match status {
-        Some(s) => match (s.exit_status(), s.terminating_signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (_, Some(signal)) => format!("was killed by signal {signal}{}", signal_name(signal)),
-            _ => "exited".to_owned(),
-        },
-        None => "exited".to_owned(),
+    let how = match status.map(|s| (s.exit_status(), s.terminating_signal())) {
+        Some((Some(code), _)) => format!("exited with status {code}"),
+        Some((_, Some(signal))) => format!("was killed by signal {signal}{}", signal_name(signal)),
+        _ => return PeerExit::exited(pid),
     };
     PeerExit { pid, how }
 }

@@ -176,16 +176,13 @@ fn decode(record: &TimeoutRecord) -> DeviceTimeout {
         .iter()
         .map(|p| load(p) as usize)
         .collect();
-    let exited =
-        match (load(&record.exited_pid), missing.first()) {
-            (0, _) | (_, None) => None,
-            (pid, Some(_)) => Some(crate::peer_watch::exit_of(pid).unwrap_or_else(|| {
-                crate::peer_watch::PeerExit {
-                    pid,
-                    how: "exited".to_owned(),
-                }
-            })),
-        };
+    let exited = match (load(&record.exited_pid), missing.first()) {
+        (0, _) | (_, None) => None,
+        (pid, Some(_)) => Some(
+            crate::peer_watch::exit_of(pid)
+                .unwrap_or_else(|| crate::peer_exit::PeerExit::exited(pid)),
+        ),
+    };
     DeviceTimeout {
         exited,
         op: WaitOp::name_of(load(&record.op)),
