@@ -153,11 +153,6 @@ impl PeerSet {
         exit_of(pid)
     }
 
-    /// Whether the set is registered (its group is alive).
-    pub fn is_registered(self) -> bool {
-        self != PeerSet::NONE && tables().contains_key(&self.0)
-    }
-
     /// Have `marks` told of every rank of this set that ends while the set is
     /// registered: those that have ended already at once, the others as they end.
     /// Returns false (and keeps nothing) when the set is not registered.
@@ -465,7 +460,6 @@ mod tests {
         let mut gone = std::process::Command::new("true").spawn().unwrap();
         gone.wait().unwrap();
         let group = register(vec![0, alive.id(), gone.id()]);
-        assert!(group.set().is_registered());
         let marks = Arc::new(Recorded::default());
         assert!(group.set().attach_marks(marks.clone()));
         assert!(until(Duration::from_secs(1), || marks.has(2, gone.id())));
@@ -474,7 +468,6 @@ mod tests {
         assert!(until(Duration::from_secs(1), || marks.has(1, alive.id())));
         let set = group.set();
         drop(group);
-        assert!(!set.is_registered());
         assert!(!set.attach_marks(Arc::new(Recorded::default())));
         alive.wait().unwrap();
     }

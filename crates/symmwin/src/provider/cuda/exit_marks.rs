@@ -106,13 +106,13 @@ impl DeviceExitMarks {
 }
 
 impl State {
-    /// Arrays of groups that are gone become spares (once the watcher has dropped its
-    /// reference, no mark can land in them any more).
+    /// Arrays of groups that are gone become spares: a registered set's table holds a
+    /// reference to its array, so one that only this map holds can get no more marks.
     fn retire_gone_groups(&mut self) {
         let gone: Vec<PeerSet> = self
             .by_set
             .iter()
-            .filter(|(set, marks)| !set.is_registered() && Arc::strong_count(marks) == 1)
+            .filter(|(_, marks)| Arc::strong_count(marks) == 1)
             .map(|(set, _)| *set)
             .collect();
         for set in gone {
