@@ -11,7 +11,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <optional>
 
 namespace symmwin_torch {
 namespace {
@@ -27,15 +26,17 @@ int core_device(const at::Tensor& t) {
   return t.is_cuda() ? t.device().index() : -1;
 }
 
-// `t`'s operand when its allocation already has a window on `group`, else nothing.
-std::optional<Bound> existing_window(const at::Tensor& t, const char* group, size_t len) {
+// `t`'s operand in the window its allocation already has on `group` (held until
+// `out` goes), and the status of the lookup: SYMMWIN_NOT_FOUND when there is none yet.
+SymmwinStatus find_window(const at::Tensor& t, const char* group, size_t len, Bound* out) {
   SymmwinWindow* window = nullptr;
   size_t offset = 0;
-  if (symmwin_window_existing(t.data_ptr(), group, core_device(t), &window, &offset) != SYMMWIN_OK) {
-    return std::nullopt;
+  const auto status = symmwin_window_existing(t.data_ptr(), group, core_device(t), &window, &offset);
+  if (status == SYMMWIN_OK) {
+    std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
+    *out = Bound{Handle(), owned, SymmwinOperand{window, offset, len, 0}};
   }
-  std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
-  return Bound{Handle(), owned, SymmwinOperand{window, offset, len, 0}};
+  return status;
 }
 
 } // namespace
@@ -75,8 +76,9 @@ Bound bind_tensor(
   TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
   // Every call after a tensor's first: its window is in the core's registry, so one
   // lookup replaces torch's rendezvous (group resolution, a new handle per operand).
-  if (auto found = existing_window(t, group.c_str(), len)) {
-    return *std::move(found);
+  Bound found{};
+  if (find_window(t, group.c_str(), len, &found) == SYMMWIN_OK) {
+    return found;
   }
   Handle handle = sm::rendezvous(t, group);
   SymmwinWindow* window = handle ? symmwin_torch::window_of(handle) : nullptr;
@@ -99,10 +101,8 @@ Bound bind_tensor(
 
 Bound bind_existing(const at::Tensor& t, const char* op, const char* what, size_t len) {
   TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
-  SymmwinWindow* window = nullptr;
-  size_t offset = 0;
-  const auto status =
-      symmwin_window_existing(t.data_ptr(), kWorldGroup, core_device(t), &window, &offset);
+  Bound found{};
+  const auto status = find_window(t, kWorldGroup, len, &found);
   TORCH_CHECK(
       status != SYMMWIN_NOT_FOUND,
       "symmwin.",
@@ -113,8 +113,7 @@ Bound bind_existing(const at::Tensor& t, const char* op, const char* what, size_
       "was not rendezvoused yet (call symm_mem.rendezvous(tensor, dist.group.WORLD) on "
       "every rank first; a rendezvous is collective, a one-sided op cannot start one)");
   check_op(op, status);
-  std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
-  return {Handle(), owned, SymmwinOperand{window, offset, len, 0}};
+  return found;
 }
 
 size_t bytes(const at::Tensor& t) {
