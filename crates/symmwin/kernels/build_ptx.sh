@@ -43,6 +43,21 @@ build() {
     rm -f "$tmp"
     exit 1
   fi
+  # Kernels take their params as `const __grid_constant__`: without it, a kernel whose
+  # helpers take the params by reference gets a private copy of them in local memory
+  # in every thread (288 bytes x 512 threads per block for OpsParams), which cost more
+  # than a small op's data. A local frame that large means the copy is back.
+  local big_frames
+  big_frames="$(awk '/^\.visible \.entry/ { entry = $3; sub(/\(.*/, "", entry) }
+    /^\.func|^\.weak \.func/ { entry = "" }
+    entry != "" && /__local_depot[0-9]+\[/ {
+      size = $0; sub(/.*\[/, "", size); sub(/\].*/, "", size)
+      if (size + 0 >= 256) print entry " (" size " bytes)"; entry = "" }' "$tmp")"
+  if [[ -n "$big_frames" ]]; then
+    echo "build_ptx.sh: kernels with a large local frame (params not __grid_constant__?): $big_frames" >&2
+    rm -f "$tmp"
+    exit 1
+  fi
   # What cuModuleLoadData will do: assemble the module alone, with nothing to link.
   if [[ -x "$ptxas" ]] && ! "$ptxas" -arch=sm_90 -o /dev/null "$tmp"; then
     echo "build_ptx.sh: the PTX of $name.cu does not assemble on its own" >&2

@@ -4,7 +4,10 @@
 // Addressing: every operand is a flat window plus a byte offset, so rank r's copy of
 // it sits at `base + r * stride + offset` (struct Operand). Kernels take one
 // by-value `OpsParams`; its layout is shared with `provider/cuda/ops/params.rs` and
-// checked on both sides (static_asserts here, a unit test there).
+// checked on both sides (static_asserts here, a unit test there). It is declared
+// `__grid_constant__` because the helpers take it by reference: without that, every
+// thread copies all 288 bytes into local memory before its first instruction of work
+// (150 KB per 512-thread block, more than a small op moves; build_ptx.sh fails on it).
 //
 // Synchronisation uses the signal pads with torch's protocol: the slot for
 // (channel, src) in the receiver's pad is `channel * world + src` (uint32); put is a
@@ -326,7 +329,7 @@ using namespace symmwin_ops;
 // peer's matching block, so on return every chunk sent to this rank has arrived.
 // Channels: [channel, channel + bpp) ready, [channel + bpp, channel + 2 bpp) data.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_all_to_all(const OpsParams p) {
+    symmwin_ops_all_to_all(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
   const uint32_t peer = (p.rank + 1 + blockIdx.x / bpp) % p.world;
   const uint32_t part = blockIdx.x % bpp;
@@ -438,7 +441,7 @@ __device__ void check_own_splits(const OpsParams& p) {
 // and stop before anything is copied if they do not fit `out`.
 // Channel: p.channel.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_a2av_plan(const OpsParams p) {
+    symmwin_ops_a2av_plan(const __grid_constant__ OpsParams p) {
   check_own_splits(p);
   __syncthreads();
   const uint32_t t = threadIdx.x;
@@ -555,7 +558,7 @@ __device__ void load_segments(const OpsParams& p, uint32_t s) {
 // reading and waits until the source is done reading from us.
 // Channels: [channel + 1, channel + 1 + bpp).
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_a2av_data(const OpsParams p) {
+    symmwin_ops_a2av_data(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
   const uint32_t s = (p.rank + 1 + blockIdx.x / bpp) % p.world;
   const uint32_t part = blockIdx.x % bpp;
@@ -591,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 // broadcast, SM engine: every rank pulls the root's `bytes` into its own copy.
 // Grid: blocks_per_peer. Channels: [channel, +bpp) ready, [channel + bpp, +bpp) done.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_broadcast(const OpsParams p) {
+    symmwin_ops_broadcast(const __grid_constant__ OpsParams p) {
   const uint32_t part = blockIdx.x;
   const uint32_t bpp = p.blocks_per_peer;
   const uint32_t root = p.peer;
@@ -612,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 // getmem on a stream: the data is in place when the stream passes the kernel.
 // Grid: blocks_per_peer.
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_copy(const OpsParams p) {
+    symmwin_ops_copy(const __grid_constant__ OpsParams p) {
   const bool get = p.mode == SYMMWIN_COPY_GET;
   char* dst = operand_at(p.dst, get ? p.rank : p.peer);
   const char* src = operand_at(p.src, get ? p.peer : p.rank);
@@ -622,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 // NVSHMEM_SIGNAL_SET of a 64-bit `value` at `peer`'s copy of dst_splits (the signal
 // word), after every earlier write of the stream (the data copy) has reached
 // the peer. One thread.
-extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
+extern "C" __global__ void symmwin_ops_set_value(const __grid_constant__ OpsParams p) {
   if (threadIdx.x != 0) {
     return;
   }
@@ -636,7 +639,7 @@ extern "C" __global__ void symmwin_ops_set_value(const OpsParams p) {
 // same value can be sent again. A local wait on any word of ours (torch passes a view
 // of a signal pad); one thread; `peer` is named in a timeout, and its exit mark (when
 // the host passes the marks) ends the wait.
-extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
+extern "C" __global__ void symmwin_ops_wait_value(const __grid_constant__ OpsParams p) {
   if (threadIdx.x != 0) {
     return;
   }
@@ -663,7 +666,7 @@ extern "C" __global__ void symmwin_ops_wait_value(const OpsParams p) {
 //     copies that ran before on the stream are visible first);
 //   SYMMWIN_HS_WAIT_*: then wait for `peer` or every other rank.
 // One block of at least `world` threads.
-extern "C" __global__ void symmwin_ops_handshake(const OpsParams p) {
+extern "C" __global__ void symmwin_ops_handshake(const __grid_constant__ OpsParams p) {
   const uint32_t t = threadIdx.x;
   const bool peer = is_peer_thread(p);
   const bool signal = peer && ((p.mode & SYMMWIN_HS_SIGNAL_ALL) != 0 ||
@@ -766,7 +769,7 @@ __device__ void reduce_rows(const OpsParams& p, uint32_t part, uint32_t parts) {
 }  // namespace symmwin_ops
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-    symmwin_ops_tile_reduce(const OpsParams p) {
+    symmwin_ops_tile_reduce(const __grid_constant__ OpsParams p) {
   const uint32_t part = blockIdx.x;
   const uint32_t bpp = p.blocks_per_peer;
   const uint32_t ready = p.channel + part;

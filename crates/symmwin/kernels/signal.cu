@@ -7,7 +7,8 @@
 //
 // Peer pads are addressed arithmetically (pads.cuh): rank r's pad is at
 // `base + r * stride`. The kernels take one argument, SignalParams (signal_params.cuh),
-// whose layout the host mirrors and tests.
+// whose layout the host mirrors and tests; `__grid_constant__`, as in ops.cu, so that
+// helpers taking it by reference read it in place instead of from a per-thread copy.
 //
 // A wait that outlives its timeout (measured with %globaltimer) records who waited for
 // whom in host-mapped memory, prints one line and traps (wait.cuh): the stream's next
@@ -41,7 +42,7 @@ using namespace symmwin_signal;
 // One block; thread t < world (t != rank) signals peer t, then waits for peer t.
 // A peer that does not answer in time is collected in `late`; the last thread to finish
 // reports every late peer in one record and traps.
-extern "C" __global__ void symmwin_barrier(const SignalParams p) {
+extern "C" __global__ void symmwin_barrier(const __grid_constant__ SignalParams p) {
   __shared__ symmwin::BlockTimeouts late;
   const uint32_t peer = threadIdx.x;
   const uint32_t rank = p.wait.rank;
@@ -62,7 +63,7 @@ extern "C" __global__ void symmwin_barrier(const SignalParams p) {
 }
 
 // One thread: signal `p.peer` on `p.channel`.
-extern "C" __global__ void symmwin_put_signal(const SignalParams p) {
+extern "C" __global__ void symmwin_put_signal(const __grid_constant__ SignalParams p) {
   if (threadIdx.x != 0) {
     return;
   }
@@ -70,7 +71,7 @@ extern "C" __global__ void symmwin_put_signal(const SignalParams p) {
 }
 
 // One thread: wait for `p.peer`'s signal on `p.channel`.
-extern "C" __global__ void symmwin_wait_signal(const SignalParams p) {
+extern "C" __global__ void symmwin_wait_signal(const __grid_constant__ SignalParams p) {
   if (threadIdx.x != 0) {
     return;
   }
