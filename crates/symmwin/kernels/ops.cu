@@ -313,23 +313,6 @@ __device__ __forceinline__ int64_t load_i64(const char* p) {
   return *reinterpret_cast<const volatile int64_t*>(p);
 }
 
-__shared__ int64_t warp_sums[kThreads / 32];
-
-// The sum of every thread's `v`, returned to every thread of the block: shuffles
-// within each warp and one pass over the warps' sums, so two barriers instead of the
-// nine of a shared-memory tree. Called by every thread of the block.
-__device__ int64_t block_sum(int64_t v) {
-  for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
-  if (threadIdx.x % 32 == 0) {
-    warp_sums[threadIdx.x / 32] = v;
-  }
-  __syncthreads();
-  int64_t total = 0;
-  for (uint32_t w = 0; w < blockDim.x / 32; ++w) total += warp_sums[w];
-  __syncthreads();
-  return total;
-}
-
 }  // namespace symmwin_ops
 
 // A named namespace, not an anonymous one: nvcc mangles anonymous-namespace names with
@@ -405,6 +388,7 @@ __device__ __forceinline__ int64_t split_from(const OpsParams& p, uint32_t s, ui
 
 __shared__ int64_t plan_splits[SYMMWIN_OPS_MAX_SPLITS];
 __shared__ int64_t plan_major_len[SYMMWIN_OPS_MAX_SPLITS];
+__shared__ int64_t plan_partial[kThreads];
 
 // Before telling peers they may read our input: every split this rank sends is
 // non-negative and inside our own input. All threads check in parallel; only a
@@ -430,7 +414,15 @@ __device__ void check_own_splits(const OpsParams& p) {
   if (offsets) {
     return;
   }
-  if (block_sum(acc) > in_rows && threadIdx.x == 0) {
+  plan_partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (uint32_t stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      plan_partial[threadIdx.x] += plan_partial[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && plan_partial[0] > in_rows) {
     int64_t end = 0;
     for (uint32_t i = 0; i < n; ++i) {
       const int64_t rows = load_i64(t + i * sizeof(int64_t));
@@ -510,34 +502,47 @@ namespace symmwin_ops {
 __shared__ int64_t seg_src[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t seg_dst[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t seg_rows[SYMMWIN_OPS_MAX_EXPERTS];
+__shared__ int64_t seg_partial[kThreads];
+
+// Sum of s's in_splits[0, count), by the whole block.
+__device__ int64_t block_prefix(const char* table, uint32_t count) {
+  int64_t acc = 0;
+  for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) {
+    acc += load_i64(table + i * sizeof(int64_t));
+  }
+  seg_partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (uint32_t stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      seg_partial[threadIdx.x] += seg_partial[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  const int64_t total = seg_partial[0];
+  __syncthreads();
+  return total;
+}
+
 // The segments source `s` sends this rank: where each starts in s's input, where it
-// lands in `out`, how many rows. No barrier separates the reads of s's table from
-// those of our plan, so they are in flight together.
+// lands in `out`, how many rows.
 __device__ void load_segments(const OpsParams& p, uint32_t s) {
   const char* theirs = operand_at(p.src_splits, s);
   const int64_t* mine = reinterpret_cast<const int64_t*>(operand_at(p.dst_splits, p.rank));
   const uint32_t n = p.world * p.experts;
-  const bool offsets = p.mode == SYMMWIN_A2AV_2D_OFFSET;
-  // Without explicit offsets, s's rows for this rank start after everything s sends
-  // to lower ranks: the sum of its in_splits[0, rank * experts).
-  int64_t before = 0;
-  for (uint32_t i = threadIdx.x; !offsets && i < p.rank * p.experts; i += blockDim.x) {
-    before += load_i64(theirs + i * sizeof(int64_t));
+  int64_t base = 0;
+  if (p.mode != SYMMWIN_A2AV_2D_OFFSET) {
+    base = block_prefix(theirs, p.rank * p.experts);
   }
   for (uint32_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
     const uint32_t i = recv_index(p, s, e);
     seg_rows[e] = mine[i];
     seg_dst[e] = mine[n + i];
-    if (offsets) {
+    if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
       seg_src[e] = load_i64(theirs + (n + static_cast<uint64_t>(e) * p.world + p.rank) * sizeof(int64_t));
     }
   }
-  if (offsets) {
-    __syncthreads();
-    return;
-  }
-  int64_t base = block_sum(before);
-  if (threadIdx.x == 0) {
+  __syncthreads();
+  if (p.mode != SYMMWIN_A2AV_2D_OFFSET && threadIdx.x == 0) {
     for (uint32_t e = 0; e < p.experts; ++e) {
       seg_src[e] = base;
       base += seg_rows[e];
