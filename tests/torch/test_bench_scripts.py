@@ -12,7 +12,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.mark.parametrize("script", ["compare.py", "ops.py", "rendezvous.py", "wait_cost.py"])
+@pytest.mark.parametrize("script", ["compare.py", "ops.py", "rendezvous.py", "wait_cost.py", "kernel_times.py"])
 def test_bench_driver_loads(script):
     done = subprocess.run(
         [sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, timeout=120
