@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import random
 
+from symmbench.timing import capture_graph
+
 
 def build_cases(torch, ops, symm_mem, group):
     def sym(shape, dtype=torch.uint8):
@@ -57,20 +59,6 @@ def build_cases(torch, ops, symm_mem, group):
     return cases
 
 
-def capture(torch, fn, calls):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return graph
-
-
 def kernel_line(torch, prof) -> str:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     by_name: dict[str, list[float]] = {}
@@ -104,7 +92,7 @@ def main() -> int:
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
-        graph = capture(torch, fn, calls)
+        graph = capture_graph(torch, fn, calls)
         for mode in ("eager", "graph"):
             with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
                 for _ in range(4):

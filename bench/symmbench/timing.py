@@ -90,21 +90,7 @@ class Harness:
         return self.slowest(times)
 
     def _capture(self, fn, iters: int):
-        """A CUDA graph of `iters` calls, replayed once (warmed on a side stream first)."""
-        torch = self.torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(iters):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        return g
+        return capture_graph(self.torch, fn, iters)
 
     def time_host(self, fn, repeats: int | None = None, keep: list | None = None) -> list[float]:
         """us of one call of fn on the host clock, the device synchronised, one value per repeat.
@@ -165,3 +151,20 @@ def iters_for(size_bytes: int) -> int:
     """Calls per timed repeat: about 4 ms of work, 8 to 200 calls."""
     est_us = 3.0 + size_bytes / 300e3
     return int(min(200, max(8, 4000 / est_us)))
+
+
+def capture_graph(torch, fn, iters: int):
+    """A CUDA graph of `iters` calls, replayed once (warmed on a side stream first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(iters):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
