@@ -1,0 +1,283 @@
+// Device helpers of the ops kernels: operand and pad addressing, the split and
+// operand-mismatch failures (record, print, trap), the fingerprinted pad signals and
+// handshakes, and the vectorised block copy. Included by every ops kernel file.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops_params.cuh"  // includes wait.cuh
+#include "pads.cuh"
+
+namespace symmwin_ops {
+
+constexpr uint32_t kErrorFlag = 1u << 31;
+constexpr uint32_t kThreads = SYMMWIN_OPS_THREADS;
+
+// ---------------------------------------------------------------------------------
+// Addressing
+
+__device__ __forceinline__ char* operand_at(const Operand& o, uint32_t rank) {
+  return reinterpret_cast<char*>(o.base + static_cast<uint64_t>(rank) * o.stride + o.offset);
+}
+
+__device__ __forceinline__ uint32_t* pad_slot(const OpsParams& p, uint32_t owner,
+                                               uint32_t channel, uint32_t src) {
+  return symmwin::pad_word(p.pad_base, p.pad_stride, owner, p.world, channel, src);
+}
+
+// ---------------------------------------------------------------------------------
+// Splits that do not fit (timeouts are reported by wait.cuh)
+
+// The line printed before a trap can be lost when the trap comes at once; give it
+// (and the record) the same time wait.cuh gives its own.
+__device__ __noinline__ void trap_after_print() {
+  __threadfence_system();
+  const uint64_t flushed = symmwin::global_timer_ns() + symmwin::kTrapDelayNs;
+  while (symmwin::global_timer_ns() < flushed) {
+    __nanosleep(1000);
+  }
+  __trap();
+}
+
+// First writer wins; the fields are written before the word, so the host never sees
+// a word without its details.
+__device__ void record_split_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
+                                     int64_t rows, int64_t room) {
+  OpsError* e = reinterpret_cast<OpsError*>(p.err);
+  volatile uint32_t* word = &e->word;
+  if (*word == 0) {
+    e->kind = kind;
+    e->op = p.wait.op;
+    e->rank = p.rank;
+    e->rows = rows;
+    e->room = room;
+    __threadfence_system();
+    *word = kErrorFlag | (peer & ~kErrorFlag);
+    __threadfence_system();
+  }
+}
+
+// Rows that do not fit `out`: nothing has been copied; stop here.
+__device__ __noinline__ void fail_overflow(const OpsParams& p, uint32_t peer, int64_t rows,
+                                           int64_t offset, int64_t room) {
+  record_split_failure(p, SYMMWIN_OPS_ERR_OVERFLOW, peer, rows, room);
+  printf("symmwin: device %s on rank %u: %lld rows from rank %u at row %lld do not fit out "
+         "(room for %lld rows); nothing was copied; trapping, the CUDA context is lost and "
+         "the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
+         static_cast<long long>(offset), static_cast<long long>(room));
+  trap_after_print();
+}
+
+// A split or offset this rank sends that is negative or reaches past its own input.
+__device__ __noinline__ void fail_bad_split(const OpsParams& p, uint32_t peer, int64_t rows,
+                                            int64_t end, int64_t room) {
+  record_split_failure(p, SYMMWIN_OPS_ERR_BAD_SPLIT, peer, rows, room);
+  printf("symmwin: device %s on rank %u: a split of %lld rows for rank %u ends at row %lld, "
+         "outside the input (%lld rows) or negative; nothing was sent; trapping, the CUDA "
+         "context is lost and the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
+         static_cast<long long>(end), static_cast<long long>(room));
+  trap_after_print();
+}
+
+// A peer's signal carried another operand fingerprint than ours: it called the op
+// with other operands (dtype, shape, root, engine) or another op. Nothing of this
+// op's data has moved past the signal; stop here.
+__device__ __noinline__ void fail_mismatch(const OpsParams& p, uint32_t peer, uint32_t theirs) {
+  record_split_failure(p, SYMMWIN_OPS_ERR_MISMATCH, peer, theirs, p.fingerprint);
+  printf("symmwin: device %s on rank %u: ranks disagree on the operands: rank %u has "
+         "fingerprint %#010x, this rank %#010x (every rank must pass the same dtype, shape, "
+         "root and engine); trapping, the CUDA context is lost and the process must exit\n",
+         symmwin::op_name(p.wait.op), p.rank, peer, theirs, p.fingerprint);
+  trap_after_print();
+}
+
+// ---------------------------------------------------------------------------------
+// Signals: the pad protocol through wait.cuh's timed waits, which report and trap.
+// Every signal of an op carries the op's operand fingerprint (`p.fingerprint`, never
+// 0) instead of torch's constant 1, and every wait takes only a signal with its own
+// fingerprint: one CAS per spin, as with the constant, so the check costs nothing.
+
+// Put `p.fingerprint` into `slot`, `peer`'s slot on `channel`, once it is free (CAS
+// 0 -> value, release). Returns 0 on success, else the time waited; traps if `peer`
+// ends first.
+__device__ __forceinline__ uint64_t timed_put_fingerprint(const OpsParams& p, uint32_t* slot,
+                                                          uint32_t peer, uint32_t channel) {
+  const uint32_t mine = p.fingerprint;
+  return symmwin::spin_for_peer(
+      [slot, mine] { return symmwin::cas_release(slot, 0u, mine) == 0u; }, p.wait, peer,
+      channel);
+}
+
+// Take `peer`'s signal on `channel` from `slot` (CAS value -> 0, acquire). Any signal
+// ends the wait; one with another value stays in the slot and is returned in `seen`
+// (the caller fails). Returns 0 on success, else the time waited; traps if `peer` ends
+// first.
+__device__ __forceinline__ uint64_t timed_take_fingerprint(const OpsParams& p, uint32_t* slot,
+                                                           uint32_t peer, uint32_t channel,
+                                                           uint32_t* seen) {
+  const uint32_t mine = p.fingerprint;
+  uint32_t old = mine;
+  const uint64_t waited = symmwin::spin_for_peer(
+      [slot, mine, &old] {
+        old = symmwin::cas_acquire(slot, mine, 0u);
+        return old != 0u;
+      },
+      p.wait, peer, channel);
+  *seen = waited == 0 ? old : mine;
+  return waited;
+}
+
+// One thread signals `dst` on `channel`: everything it (and, after a barrier, its
+// block) wrote is visible to `dst` first. Waits while `dst` has not consumed the
+// previous signal of the slot.
+__device__ __forceinline__ void signal_peer(const OpsParams& p, uint32_t dst, uint32_t channel) {
+  const uint64_t waited = timed_put_fingerprint(p, pad_slot(p, dst, channel, p.rank), dst, channel);
+  if (waited != 0) {
+    const uint32_t late[1] = {dst};
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
+  }
+}
+
+// One thread waits for `src`'s signal on `channel`; its later reads are ordered after it.
+__device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
+  uint32_t seen;
+  const uint64_t waited =
+      timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), src, channel, &seen);
+  if (waited != 0) {
+    const uint32_t late[1] = {src};
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
+  }
+  if (seen != p.fingerprint) {
+    fail_mismatch(p, src, seen);
+  }
+}
+
+// Thread 0 of the block signals `peer` after every thread of the block is done.
+__device__ __forceinline__ void block_signal(const OpsParams& p, uint32_t peer, uint32_t channel) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    signal_peer(p, peer, channel);
+  }
+}
+
+// Thread 0 waits for `peer`; the barrier makes the wait cover the whole block.
+__device__ __forceinline__ void block_wait(const OpsParams& p, uint32_t peer, uint32_t channel) {
+  if (threadIdx.x == 0) {
+    wait_peer(p, peer, channel);
+  }
+  __syncthreads();
+}
+
+__shared__ symmwin::BlockTimeouts block_timeouts;
+
+// Thread t (a peer of this rank) signals t on `put_channel` when `put`, then waits
+// for t on `wait_channel` when `wait`; one report names every late peer. Called by
+// every thread of the block (it synchronizes).
+__device__ void peer_handshake(const OpsParams& p, uint32_t put_channel, uint32_t wait_channel,
+                               bool put, bool wait) {
+  const bool takes_part = put || wait;
+  const uint32_t participants = __syncthreads_count(takes_part);
+  if (threadIdx.x == 0) {
+    block_timeouts.init(participants);
+  }
+  __syncthreads();
+  if (!takes_part) {
+    return;
+  }
+  const uint32_t t = threadIdx.x;
+  uint64_t waited = 0;
+  uint32_t channel = put_channel;
+  if (put) {
+    waited = timed_put_fingerprint(p, pad_slot(p, t, put_channel, p.rank), t, put_channel);
+  }
+  uint32_t seen = p.fingerprint;
+  if (waited == 0 && wait) {
+    channel = wait_channel;
+    waited = timed_take_fingerprint(p, pad_slot(p, p.rank, wait_channel, t), t, wait_channel, &seen);
+  }
+  if (seen != p.fingerprint) {
+    fail_mismatch(p, t, seen);
+  }
+  block_timeouts.finish(p.wait, channel, t, waited);
+}
+
+// Whether thread t stands for a peer of this rank.
+__device__ __forceinline__ bool is_peer_thread(const OpsParams& p) {
+  return threadIdx.x < p.world && threadIdx.x != p.rank;
+}
+
+// ---------------------------------------------------------------------------------
+// Copies
+
+// Coherent loads on purpose: ptxas may sink .nc loads below the stores, leaving one
+// load in flight per thread instead of kUnroll.
+__device__ __forceinline__ uint4 ld_v4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_v4(uint4* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+constexpr int kUnroll = 4;
+
+// Part `part` of `parts` (each a block) copies its share of `n` bytes: 16-byte loads
+// and stores, kUnroll in flight per thread, when both ends are 16-byte aligned; bytes
+// otherwise (odd row sizes).
+__device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part, uint32_t parts) {
+  if (n == 0) {
+    return;
+  }
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) != 0) {
+    for (uint64_t i = static_cast<uint64_t>(part) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<uint64_t>(parts) * blockDim.x) {
+      dst[i] = src[i];
+    }
+    return;
+  }
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  uint4* d4 = reinterpret_cast<uint4*>(dst);
+  const uint64_t nvec = n >> 4;
+  const uint64_t tile = static_cast<uint64_t>(blockDim.x) * kUnroll;
+  const uint64_t full = nvec / tile;
+  for (uint64_t t = part; t < full; t += parts) {
+    const uint64_t i0 = t * tile + threadIdx.x;
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = ld_v4(s4 + i0 + static_cast<uint64_t>(u) * blockDim.x);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) st_v4(d4 + i0 + static_cast<uint64_t>(u) * blockDim.x, v[u]);
+  }
+  // The vectors past the last whole tile and the last < 16 bytes go to one part.
+  if (part == full % parts) {
+    for (uint64_t i = full * tile + threadIdx.x; i < nvec; i += blockDim.x) {
+      st_v4(d4 + i, ld_v4(s4 + i));
+    }
+    for (uint64_t i = (nvec << 4) + threadIdx.x; i < n; i += blockDim.x) {
+      dst[i] = src[i];
+    }
+  }
+}
+
+// Rows [lo, hi) of `parts` equal shares of `total` rows, for share `part`.
+__device__ __forceinline__ void share(int64_t total, uint32_t part, uint32_t parts, int64_t* lo,
+                                      int64_t* hi) {
+  *lo = total * part / parts;
+  *hi = total * (part + 1) / parts;
+}
+
+__device__ __forceinline__ int64_t load_i64(const char* p) {
+  return *reinterpret_cast<const volatile int64_t*>(p);
+}
+
+}  // namespace symmwin_ops
