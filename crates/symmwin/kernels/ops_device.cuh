@@ -29,16 +29,8 @@ __device__ __forceinline__ uint32_t* pad_slot(const OpsParams& p, uint32_t owner
 // ---------------------------------------------------------------------------------
 // Splits that do not fit (timeouts are reported by wait.cuh)
 
-// The line printed before a trap can be lost when the trap comes at once; give it
-// (and the record) the same time wait.cuh gives its own.
-__device__ __noinline__ void trap_after_print() {
-  __threadfence_system();
-  const uint64_t flushed = symmwin::global_timer_ns() + symmwin::kTrapDelayNs;
-  while (symmwin::global_timer_ns() < flushed) {
-    __nanosleep(1000);
-  }
-  __trap();
-}
+// wait.cuh's flush-then-trap, in one out-of-line copy for the three failures below.
+__device__ __noinline__ void trap_after_print() { symmwin::flush_then_trap(); }
 
 // First writer wins; the fields are written before the word, so the host never sees
 // a word without its details.

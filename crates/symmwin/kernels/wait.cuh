@@ -273,8 +273,10 @@ __device__ __forceinline__ void format_peers(char* out, uint32_t capacity,
   *out = '\0';
 }
 
-// The trap aborts the kernel at once; give the printf entry (and the record) time to
-// land in memory first, or the line can be lost.
+}  // namespace detail
+
+// The trap aborts the kernel at once; give a printed line (and a record) time to land
+// in memory first, or it can be lost. Every trap of the kernels goes through here.
 __device__ __forceinline__ void flush_then_trap() {
   __threadfence_system();
   const uint64_t flushed = global_timer_ns() + kTrapDelayNs;
@@ -283,8 +285,6 @@ __device__ __forceinline__ void flush_then_trap() {
   }
   __trap();
 }
-
-}  // namespace detail
 
 // Records the timeout in the host-mapped record, prints one line, and traps.
 // `peers` lists up to `listed` of the `missing` late peers; `exited_pid` is 0 for a
@@ -324,7 +324,7 @@ __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel
         "must exit\n",
         op_name(report.op), report.rank, channel, peers[0], exited_pid, report.rank,
         tenths_ms / 10ull, tenths_ms % 10ull);
-    detail::flush_then_trap();
+    flush_then_trap();
   }
   char peer_list[128];
   detail::format_peers(peer_list, sizeof(peer_list), peers, listed, missing);
@@ -334,7 +334,7 @@ __device__ __noinline__ void report_and_trap(WaitReport report, uint32_t channel
       "process must exit\n",
       op_name(report.op), report.rank, channel, tenths_ms / 10ull, tenths_ms % 10ull,
       static_cast<unsigned long long>(report.timeout_ns / 1000000ull), peer_list);
-  detail::flush_then_trap();
+  flush_then_trap();
 }
 
 // One thread signals `peer` through `slot`; traps with a report on timeout.
