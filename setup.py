@@ -38,6 +38,9 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 TORCH_MAJOR, TORCH_MINOR = torch_minor(torch.__version__)
 BUILD_INFO = ROOT / "python/symmwin/_build_info.py"
+# The C++ adapter is every file of csrc/, one concept each (docs/design.md).
+ADAPTER_SOURCES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc").glob("*.cpp"))
+ADAPTER_HEADERS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc").glob("*.h"))
 
 
 class RustArtifacts(NamedTuple):
@@ -142,36 +145,9 @@ setup(
     ext_modules=[
         CppExtension(
             "symmwin._C",
-            [
-                "csrc/allocator.cpp",
-                "csrc/errors.cpp",
-                "csrc/groups.cpp",
-                "csrc/handle.cpp",
-                "csrc/interrupts.cpp",
-                "csrc/module.cpp",
-                "csrc/ops_checks.cpp",
-                "csrc/ops_kernels.cpp",
-                "csrc/ops_meta.cpp",
-                "csrc/ops_operands.cpp",
-                "csrc/ops_schemas.cpp",
-                "csrc/remote_bridge.cpp",
-                "csrc/store_bridge.cpp",
-            ],
+            ADAPTER_SOURCES,
             include_dirs=[str(ROOT / "crates/symmwin-capi/include")],
-            depends=[
-                "crates/symmwin-capi/include/symmwin.h",
-                "csrc/allocator.h",
-                "csrc/cuda_stream.h",
-                "csrc/errors.h",
-                "csrc/groups.h",
-                "csrc/handle.h",
-                "csrc/interrupts.h",
-                "csrc/ops_checks.h",
-                "csrc/ops_kernels.h",
-                "csrc/ops_operands.h",
-                "csrc/remote_bridge.h",
-                "csrc/store_bridge.h",
-            ],
+            depends=["crates/symmwin-capi/include/symmwin.h", *ADAPTER_HEADERS],
             extra_compile_args=["-O2"],
             extra_link_args=[
                 # Keep the Rust runtime's symbols private to this module.
