@@ -75,6 +75,53 @@ struct FaultHooks {
     fault: Fault,
 }
 
+/// A laggard's store hooks: once it has read `after` of its peers' requests it
+/// stalls, so that it goes on only after the peers that saw the victim die gave the
+/// call up and exited (their keys taken back, their sockets gone, their notices
+/// queued here).
+struct LaggardHooks {
+    own_key: String,
+    after: usize,
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl StoreHooks for LaggardHooks {
+    fn after_get(&self, key: &str, value: Option<&[u8]>) {
+        if !key.contains("/req/") || key.ends_with(&self.own_key) || value.is_none() {
+            return;
+        }
+        let mut seen = self.seen.lock().unwrap();
+        if seen.insert(key.to_owned()) && seen.len() == self.after {
+            std::thread::sleep(LAG);
+        }
+    }
+}
+
+/// Where a laggard stalls: rank `rank`, after reading `after` peers' requests.
+#[derive(Debug, Clone, Copy)]
+struct Laggard {
+    rank: usize,
+    after: usize,
+}
+
+impl Laggard {
+    fn from_env() -> Option<Laggard> {
+        let spec = std::env::var("LAGGARD").ok()?;
+        let (rank, after) = spec.split_once(':')?;
+        Some(Laggard {
+            rank: rank.parse().ok()?,
+            after: after.parse().ok()?,
+        })
+    }
+
+    fn to_env(self) -> (&'static str, String) {
+        ("LAGGARD", format!("{}:{}", self.rank, self.after))
+    }
+}
+
+/// How long the laggard stalls: long enough for the others to fail and exit.
+const LAG: Duration = Duration::from_millis(400);
+
 impl StoreHooks for FaultHooks {
     fn before_set(&self, key: &str, _value: &[u8]) {
         if key.contains("/req/") && self.fault == Fault::BeforePublish {
@@ -136,12 +183,20 @@ fn report(err: &Error, victim: usize, started: Instant) -> String {
 fn fault(rank: usize, world: usize) -> String {
     let fault = Fault::parse(&std::env::var("FAULT").unwrap());
     let victim = common::env_usize("VICTIM");
+    let laggard = Laggard::from_env();
     let (group, provider) = common::join_wrapped("test", rank, world, |inner| {
         if rank == victim {
             Arc::new(Hooked {
                 inner,
                 hooks: FaultHooks { fault },
             })
+        } else if let Some(lag) = laggard.filter(|l| l.rank == rank) {
+            let hooks = LaggardHooks {
+                own_key: format!("/req/{rank}"),
+                after: lag.after,
+                seen: Default::default(),
+            };
+            Arc::new(Hooked { inner, hooks })
         } else {
             Arc::new(inner)
         }
@@ -202,15 +257,22 @@ fn fresh(rank: usize, world: usize) -> String {
 
 /// Run one fault, check the survivors, then start a fresh job on the same sockets.
 fn run_fault(name: &str, victim: usize) {
+    run_fault_with(name, victim, None);
+}
+
+/// [`run_fault`], with a laggard (if any) that stalls in the gather.
+fn run_fault_with(name: &str, victim: usize, laggard: Option<Laggard>) {
     let fault = Fault::parse(name);
-    let job = Job::new(name);
+    // The job's directory holds its sockets: its name stays short (`sun_path` is 108 bytes).
+    let job = Job::new(if laggard.is_some() { "laggard" } else { name });
     let marker = job.dir.join("victim-ready");
-    let env = [
+    let mut env = vec![
         common::timeout_ms(TIMEOUT_MS),
         ("FAULT", name.to_owned()),
         ("VICTIM", victim.to_string()),
         ("MARKER", marker.display().to_string()),
     ];
+    env.extend(laggard.map(Laggard::to_env));
     let mut ranks = job.spawn(WORLD, "fault", &env);
     let victim_pid = ranks.pid(victim);
     let died_at = await_death(&mut ranks, victim, fault, &marker);
@@ -236,7 +298,8 @@ fn run_fault(name: &str, victim: usize) {
         assert_eq!(
             field(&r, "named"),
             "true",
-            "rank {rank} must name {victim}: {r}"
+            "rank {rank} must name {victim}: {r}\n{}",
+            String::from_utf8_lossy(&outs[rank].stderr)
         );
         let msg = r.split_once("msg=").unwrap().1;
         assert!(
@@ -319,6 +382,25 @@ fn kill_before_publishing() {
 #[test]
 fn kill_after_publishing() {
     run_fault("after_publish", 3);
+}
+
+/// The peers that saw the victim die gave the call up and exited before the laggard
+/// sent them anything: it must still name the victim (from their notices), not them.
+#[test]
+fn kill_after_publishing_while_a_laggard_gathers() {
+    let laggard = Laggard {
+        rank: 0,
+        after: WORLD - 1,
+    };
+    run_fault_with("after_publish", 3, Some(laggard));
+}
+
+/// The laggard read one request; the peers that gave up took theirs back meanwhile: it
+/// must name the victim, and not wait its whole timeout for keys that are gone.
+#[test]
+fn kill_after_publishing_while_a_laggard_reads_the_first_request() {
+    let laggard = Laggard { rank: 0, after: 1 };
+    run_fault_with("after_publish", 3, Some(laggard));
 }
 
 #[test]

@@ -208,6 +208,9 @@ impl Endpoint {
                 }
             }
             if !lost.is_empty() {
+                // A peer that gave this call up told us before it closed its socket:
+                // its notice, naming whom it blamed, is queued and says more.
+                self.receive_queued(round, traded)?;
                 return Err(exited_or_lost(round, lost));
             }
             let missing: Vec<usize> = round
