@@ -97,27 +97,15 @@ impl Endpoint {
     }
 
     /// After a gather through the store failed: a give-up notice some peer sent us
-    /// for call `seq` of `group`, if one is queued (what else is queued belongs to a
-    /// call that has failed here and is closed). The sender's pid cannot be checked
-    /// (its request may be the one we never read), but our uid and token are.
+    /// for call `seq` of `group`, if one was held or is queued (what else came belongs
+    /// to a call that has failed here and is closed).
     pub fn queued_give_up(&mut self, group: u64, seq: u64) -> Option<GaveUp> {
         let mut found = None;
+        for raw in std::mem::take(&mut self.held) {
+            found = found.or_else(|| self.as_give_up(&raw, group, seq));
+        }
         while let Ok(Some(raw)) = self.receive_one() {
-            if raw.uid != Some(self.uid) || raw.truncated {
-                continue;
-            }
-            let Ok((message, _)) = super::wire::decode_framed(&raw.bytes) else {
-                continue;
-            };
-            let ours = message.group == group && message.seq == seq;
-            if ours && message.payload == Payload::GaveUp && self.token.matches(&message.token) {
-                let blames = message.physical_size.checked_sub(1);
-                found.get_or_insert(GaveUp {
-                    seq,
-                    rank: message.sender as usize,
-                    blames: blames.and_then(|b| usize::try_from(b).ok()),
-                });
-            }
+            found = found.or_else(|| self.as_give_up(&raw, group, seq));
         }
         found
     }

@@ -12,6 +12,7 @@ mod auth;
 mod diagnosis;
 mod early;
 mod give_up;
+mod held;
 mod sweep;
 mod traded;
 mod transport;
@@ -81,6 +82,10 @@ pub struct Endpoint {
     counts: ExchangeCounts,
     /// Where datagrams are received (kept between receives).
     receive_buffer: Vec<u8>,
+    /// Datagrams received during a gather, before their senders could be checked.
+    held: Vec<transport::Received>,
+    /// The call whose gather held datagrams, and `fds_dropped` when it began.
+    gather_began: Option<(u64, u64)>,
 }
 
 /// What an endpoint has sent and accepted since it was bound.
@@ -116,6 +121,8 @@ impl Endpoint {
             fds_dropped: 0,
             counts: ExchangeCounts::default(),
             receive_buffer: Vec::new(),
+            held: Vec::new(),
+            gather_began: None,
         })
     }
 
@@ -170,7 +177,7 @@ impl Endpoint {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let fds_dropped_before = self.fds_dropped;
+        let fds_dropped_before = self.fds_dropped_baseline(round.seq);
         // What was queued for calls below this one can never be used: its fds close.
         self.early
             .retain(|&(group, seq), _| group != round.group || seq >= round.seq);
@@ -184,6 +191,7 @@ impl Endpoint {
         {
             self.accept(round, early, traded)?;
         }
+        self.route_held(round, traded)?;
         let mut waiting = crate::waiting::Waiting::new(Phase::Exchange, round.rank, timeout);
         let needed = if ours.handle.is_some() {
             Sent::Handle

@@ -74,23 +74,19 @@ pub(super) fn publish(
     .map_err(|e| e.during(Phase::Publish))
 }
 
-/// Wait for every rank's request of rendezvous `seq` (ours is `encoded`), decode and
+/// Wait for every rank's request of rendezvous `seq` (ours is `encoded`) until the
+/// deadline, calling the `until` check meanwhile (its error ends the wait); decode and
 /// validate them: the keys and the requests, in rank order.
 pub(super) fn gather_requests(
     shared: &GroupShared,
     seq: u64,
     encoded: Vec<u8>,
-    deadline: Instant,
+    until: (Instant, impl FnMut() -> Result<()>),
 ) -> Result<(Vec<String>, Vec<Request>)> {
     let keys: Vec<String> = (0..shared.world)
         .map(|r| shared.namespace.request(seq, r))
         .collect();
-    let values = store::gather_by(
-        &shared.store,
-        keys.clone(),
-        (shared.rank, encoded),
-        deadline,
-    )?;
+    let values = store::gather_by(&shared.store, keys.clone(), (shared.rank, encoded), until)?;
     let requests = values
         .iter()
         .enumerate()
@@ -199,7 +195,7 @@ mod tests {
         let ours = publish_one(&zero, &alloc, 100);
         publish_one(&one, &alloc, size_one);
         let deadline = Instant::now() + Duration::from_secs(5);
-        let gathered = gather_requests(&zero.shared, 0, ours, deadline);
+        let gathered = gather_requests(&zero.shared, 0, ours, (deadline, || Ok(())));
         (one, gathered)
     }
 

@@ -12,7 +12,7 @@ use super::request::Request;
 use super::retire::{self, KeysDone};
 use super::reuse::Own;
 use crate::error::Result;
-use crate::exchange::{Offer, PeerAddress};
+use crate::exchange::{Endpoint, Offer, PeerAddress};
 use crate::group::{GroupShared, GroupState};
 use crate::layout::FlatLayout;
 use crate::provider::{SharedHandle, Span};
@@ -90,13 +90,13 @@ impl<'a> Rendezvous<'a> {
         };
         let (encoded, deadline) = self.publish(ask, &own_key)?;
         let mut gathered = false;
-        let result = publish::gather_requests(self.shared, seq, encoded, deadline).and_then(
-            |(keys, requests)| {
+        let heard = heard_give_up(self.shared, &mut self.state.endpoint, seq);
+        let result = publish::gather_requests(self.shared, seq, encoded, (deadline, heard))
+            .and_then(|(keys, requests)| {
                 gathered = true;
                 let ours = (offer, handle);
                 self.make_window(&own, ours, seq, keys, requests)
-            },
-        );
+            });
         // A rank that gives up takes back all it wrote (peers that still need it fail
         // that call anyway: see `give_up`), so no key outlives a call it gave up. A
         // disagreement is no giving up: slower peers read our request to refuse alike.
@@ -202,5 +202,19 @@ impl<'a> Rendezvous<'a> {
             peers,
         };
         self.trade_and_map(own, ours, gathered)
+    }
+}
+
+/// The gather's check that no peer gave call `seq` up: a peer that did took its key
+/// back, so waiting on for it is waiting out the timeout.
+fn heard_give_up<'a>(
+    shared: &GroupShared,
+    endpoint: &'a mut Endpoint,
+    seq: u64,
+) -> impl FnMut() -> Result<()> + 'a {
+    let (group, rank, world) = (shared.id, shared.rank, shared.world);
+    move || match endpoint.give_up_while_gathering(group, seq, world)? {
+        Some(notice) => Err(notice.error(rank).during(crate::error::Phase::Gather)),
+        None => Ok(()),
     }
 }

@@ -122,12 +122,13 @@ pub fn poll_all<S: Store + ?Sized>(
 /// (which names the missing ranks) before the store counts as unreachable.
 const GATHER_GRACE: Duration = Duration::from_millis(50);
 
-/// [`gather`] that returns by `deadline` (plus a little) even if a store call blocks.
+/// [`gather`] that returns by `deadline` (plus a little) even if a store call blocks,
+/// calling `look` while it waits (at least every 50 ms): its error ends the wait.
 pub(crate) fn gather_by(
     store: &std::sync::Arc<dyn Store>,
     keys: Vec<String>,
     own: (usize, Vec<u8>),
-    deadline: Instant,
+    (deadline, mut look): (Instant, impl FnMut() -> Result<()>),
 ) -> Result<Vec<Vec<u8>>> {
     let timeout = deadline.saturating_duration_since(Instant::now());
     let what = format!("reading {} request key(s) such as {}", keys.len(), keys[0]);
@@ -138,7 +139,10 @@ pub(crate) fn gather_by(
         (deadline + GATHER_GRACE, Phase::Gather),
         move || what,
         move |s| gather(s, &keys, (own.0, &own.1), timeout),
-        || waiting.tick(|| reading.clone()),
+        || {
+            waiting.tick(|| reading.clone())?;
+            look()
+        },
     )
 }
 
