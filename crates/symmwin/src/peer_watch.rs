@@ -46,7 +46,16 @@ struct Entry {
     /// `None` where the kernel has no pidfds: checked by `kill(pid, 0)` instead.
     pidfd: Option<Arc<OwnedFd>>,
     watchers: usize,
-    exit: Option<PeerExit>,
+    /// How it ended, and when among the ends this process saw ([`next_end`]).
+    exit: Option<(u64, PeerExit)>,
+}
+
+/// The place of an end just seen among all ends this process saw: when several peers
+/// a wait waits for have ended, the first to end is the likeliest cause (the others
+/// may have left because of it).
+fn next_end() -> u64 {
+    static ENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    ENDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 struct Watcher {
@@ -241,6 +250,11 @@ pub fn register(pids: Vec<u32>) -> Registered {
 
 /// How `pid` ended, if it is watched and has ended.
 pub fn exit_of(pid: u32) -> Option<PeerExit> {
+    ended_at(pid).map(|(_, exit)| exit)
+}
+
+/// How `pid` ended and its place among the ends seen, if it is watched and has ended.
+fn ended_at(pid: u32) -> Option<(u64, PeerExit)> {
     let w = started()?;
     entries(w).get(&pid).and_then(|e| e.exit.clone())
 }
@@ -255,7 +269,9 @@ fn open(pid: u32) -> Entry {
     };
     match raw.map(|p| rustix::process::pidfd_open(p, PidfdFlags::empty())) {
         Some(Ok(fd)) => entry.pidfd = Some(Arc::new(fd)),
-        Some(Err(rustix::io::Errno::SRCH)) | None => entry.exit = Some(ended(pid, None)),
+        Some(Err(rustix::io::Errno::SRCH)) | None => {
+            entry.exit = Some((next_end(), ended(pid, None)));
+        }
         Some(Err(_)) => {} // no pidfds here: the fallback check
     }
     entry
@@ -338,7 +354,7 @@ fn run() {
         let mut map = entries(w);
         for (pid, exit) in &ended_now {
             if let Some(entry) = map.get_mut(pid) {
-                entry.exit.get_or_insert_with(|| exit.clone());
+                entry.exit.get_or_insert_with(|| (next_end(), exit.clone()));
             }
         }
         drop(map);
@@ -372,7 +388,7 @@ fn gone(pid: u32) -> bool {
     )
 }
 
-/// The first of `peers` (rank and pid) that has ended, as the error of a wait for it in
+/// The one of `peers` (rank and pid) that ended first, as the error of a wait for it in
 /// `phase`.
 pub(crate) fn first_exited(
     phase: crate::error::Phase,
@@ -380,7 +396,9 @@ pub(crate) fn first_exited(
 ) -> Option<crate::error::Error> {
     peers
         .into_iter()
-        .find_map(|(rank, pid)| Some(exit_error(phase, rank, exit_of(pid)?)))
+        .filter_map(|(rank, pid)| Some((rank, ended_at(pid)?)))
+        .min_by_key(|(_, (place, _))| *place)
+        .map(|(rank, (_, exit))| exit_error(phase, rank, exit))
 }
 
 /// The error of a wait in `phase` for rank `rank`, which ended as `exit` says.
@@ -434,6 +452,29 @@ mod tests {
         assert_eq!(exit_of(quick.id()), None, "no mark outlives its watchers");
         quick.wait().unwrap();
         slow.wait().unwrap();
+    }
+
+    #[test]
+    fn of_several_ended_peers_a_wait_names_the_first_to_end_not_the_lowest_rank() {
+        let mut second = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut first = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let watched = watch([second.id(), first.id()]);
+        first.kill().unwrap();
+        assert!(until(Duration::from_secs(1), || exit_of(first.id()).is_some()));
+        second.kill().unwrap();
+        assert!(until(Duration::from_secs(1), || exit_of(second.id()).is_some()));
+        let peers = [(1, second.id()), (2, first.id())];
+        let err = first_exited(crate::error::Phase::Exchange, peers).unwrap();
+        assert_eq!(err.peer(), Some(2), "{err}");
+        drop(watched);
+        first.wait().unwrap();
+        second.wait().unwrap();
     }
 
     #[derive(Default)]
