@@ -206,7 +206,8 @@ impl<'a> Rendezvous<'a> {
 }
 
 /// The gather's check that no peer gave call `seq` up: a peer that did took its key
-/// back, so waiting on for it is waiting out the timeout.
+/// back, so waiting on for it is waiting out the timeout. The error is the notice's, as
+/// when a gather that timed out finds it (phase `Exchange`: where the peer gave up).
 fn heard_give_up<'a>(
     shared: &GroupShared,
     endpoint: &'a mut Endpoint,
@@ -214,7 +215,7 @@ fn heard_give_up<'a>(
 ) -> impl FnMut() -> Result<()> + 'a {
     let (group, rank, world) = (shared.id, shared.rank, shared.world);
     move || match endpoint.give_up_while_gathering(group, seq, world)? {
-        Some(notice) => Err(notice.error(rank).during(crate::error::Phase::Gather)),
+        Some(notice) => Err(notice.error(rank)),
         None => Ok(()),
     }
 }
