@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{join, mappings, open_fds, result, Job, DEFAULT_LIMIT};
+use common::{join, open_fds, result, Job, DEFAULT_LIMIT};
 use symmwin::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};

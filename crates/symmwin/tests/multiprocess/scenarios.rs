@@ -122,7 +122,7 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
     symmwin::testing::window_cache::flush();
-    let (fds0, maps0) = (open_fds(), mappings());
+    let (fds0, maps0, threads0) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::default()).unwrap();
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     for i in 0..cycles {
@@ -148,13 +148,38 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     last.barrier(SignalOptions::default()).unwrap();
     drop((last, last_alloc));
     symmwin::testing::window_cache::flush();
-    let (fds1, maps1) = (open_fds(), mappings());
+    let (fds1, maps1, threads1) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::channel(1)).unwrap();
     format!(
-        "fds={fds0}->{fds1} maps={maps0}->{maps1} keys={} pools={}",
+        "fds={fds0}->{fds1} maps={}->{} keys={} pools={} threads={threads0}->{threads1}{}",
+        maps0.len(),
+        maps1.len(),
         store.len().unwrap(),
-        group.pad_pool_count()
+        group.pad_pool_count(),
+        changed_mappings(&maps0, &maps1),
     )
+}
+
+/// This process's mappings, one line of `/proc/self/maps` each.
+fn map_lines() -> Vec<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().map(str::to_owned).collect()
+}
+
+/// The mappings that came or went between two snapshots, for a failure to show (empty
+/// when none did).
+fn changed_mappings(before: &[String], after: &[String]) -> String {
+    let came: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
+    let went: Vec<&String> = before.iter().filter(|m| !after.contains(m)).collect();
+    if came.is_empty() && went.is_empty() {
+        return String::new();
+    }
+    format!(" (came: {came:?}; went: {went:?})")
+}
+
+/// This process's threads.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 pub(crate) fn mismatch(rank: usize, world: usize) -> String {
