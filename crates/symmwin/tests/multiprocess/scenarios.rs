@@ -122,6 +122,9 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
     symmwin::testing::window_cache::flush();
+    // The peer watcher's thread starts with the first rendezvous: its signal stack and
+    // malloc arena appear a moment later, which is no leak.
+    settle_threads();
     let (fds0, maps0, threads0) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::default()).unwrap();
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
@@ -151,12 +154,14 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     let (fds1, maps1, threads1) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::channel(1)).unwrap();
     format!(
-        "fds={fds0}->{fds1} maps={}->{} keys={} pools={} threads={threads0}->{threads1}{}",
+        "fds={fds0}->{fds1} maps={}->{} keys={} pools={} threads={}->{}{}",
         maps0.len(),
         maps1.len(),
         store.len().unwrap(),
         group.pad_pool_count(),
-        changed_mappings(&maps0, &maps1),
+        threads0.len(),
+        threads1.len(),
+        changed(&maps0, &maps1, &threads0, &threads1),
     )
 }
 
@@ -166,20 +171,53 @@ fn map_lines() -> Vec<String> {
     maps.lines().map(str::to_owned).collect()
 }
 
-/// The mappings that came or went between two snapshots, for a failure to show (empty
-/// when none did).
-fn changed_mappings(before: &[String], after: &[String]) -> String {
-    let came: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
-    let went: Vec<&String> = before.iter().filter(|m| !after.contains(m)).collect();
+/// The mappings, and the threads, that came or went between two snapshots, for a
+/// failure to show (empty when no mapping did).
+fn changed(maps0: &[String], maps1: &[String], threads0: &[String], threads1: &[String]) -> String {
+    let diff = |a: &[String], b: &[String]| -> Vec<String> {
+        b.iter().filter(|x| !a.contains(x)).cloned().collect()
+    };
+    let (came, went) = (diff(maps0, maps1), diff(maps1, maps0));
     if came.is_empty() && went.is_empty() {
         return String::new();
     }
-    format!(" (came: {came:?}; went: {went:?})")
+    let (started, ended) = (diff(threads0, threads1), diff(threads1, threads0));
+    format!(" (mappings came: {came:?}; went: {went:?}; threads started: {started:?}; ended: {ended:?})")
 }
 
-/// This process's threads.
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+/// Wait (5 s at most) until every other thread of this process has started (it no
+/// longer carries the name of the thread that spawned it) and sleeps, so that what a
+/// thread maps as it starts is in a baseline taken afterwards.
+fn settle_threads() {
+    let own = std::fs::read_link("/proc/thread-self").unwrap();
+    let own_tid = own.file_name().unwrap().to_owned();
+    let own_name = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+    let settled = |t: &std::fs::DirEntry| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        t.file_name() == own_tid || (state == Some('S') && name != own_name)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap().flatten();
+        if tasks.collect::<Vec<_>>().iter().all(settled) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// This process's threads, as `tid:name`.
+fn threads() -> Vec<String> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap().flatten();
+    let named = |t: std::fs::DirEntry| {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        format!("{}:{}", t.file_name().to_string_lossy(), name.trim())
+    };
+    tasks.map(named).collect()
 }
 
 pub(crate) fn mismatch(rank: usize, world: usize) -> String {
