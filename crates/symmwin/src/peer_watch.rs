@@ -427,16 +427,21 @@ mod tests {
         false
     }
 
+    /// A child that lives until it is killed (30 s at most).
+    fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap()
+    }
+
     #[test]
     fn a_child_that_exits_is_marked_with_its_status_and_a_live_one_is_not() {
         let mut quick = std::process::Command::new("sh")
             .args(["-c", "exit 3"])
             .spawn()
             .unwrap();
-        let mut slow = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut slow = sleeper();
         let watched = watch([quick.id(), slow.id()]);
         assert!(until(Duration::from_secs(1), || exit_of(quick.id()).is_some()));
         let exit = exit_of(quick.id()).unwrap();
@@ -456,14 +461,8 @@ mod tests {
 
     #[test]
     fn of_several_ended_peers_a_wait_names_the_first_to_end_not_the_lowest_rank() {
-        let mut second = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let mut first = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut second = sleeper();
+        let mut first = sleeper();
         let watched = watch([second.id(), first.id()]);
         first.kill().unwrap();
         assert!(until(Duration::from_secs(1), || exit_of(first.id()).is_some()));
@@ -494,10 +493,7 @@ mod tests {
 
     #[test]
     fn marks_are_written_for_a_rank_that_ends_and_at_once_for_one_already_gone() {
-        let mut alive = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut alive = sleeper();
         let mut gone = std::process::Command::new("true").spawn().unwrap();
         gone.wait().unwrap();
         let group = register(vec![0, alive.id(), gone.id()]);
