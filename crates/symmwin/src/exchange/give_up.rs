@@ -77,10 +77,7 @@ impl Endpoint {
             );
             return Ok(());
         }
-        let blames = blames
-            .checked_sub(1)
-            .and_then(|b| usize::try_from(b).ok())
-            .filter(|&b| b < round.peers.len());
+        let blames = decode_blame(blames).filter(|&b| b < round.peers.len());
         let heard = GaveUp {
             seq,
             rank: sender,
@@ -147,7 +144,7 @@ impl Endpoint {
             sender: u32::try_from(notice.rank).map_err(|_| beyond("rank"))?,
             world: u32::try_from(world).map_err(|_| beyond("world"))?,
             token: address.token.bytes(),
-            physical_size: notice.blames.map_or(0, |b| b as u64 + 1),
+            physical_size: encode_blame(notice.blames),
             offer: Offer::default(),
             payload: Payload::GaveUp,
         };
@@ -168,4 +165,15 @@ impl Endpoint {
         self.counts.sent += 1;
         Ok(())
     }
+}
+
+/// A notice carries the rank its giver blamed in its size field: 0 for none, else the
+/// rank plus one.
+fn encode_blame(blames: Option<usize>) -> u64 {
+    blames.map_or(0, |b| b as u64 + 1)
+}
+
+/// The rank a notice's size field blames ([`encode_blame`]), if any.
+pub(super) fn decode_blame(encoded: u64) -> Option<usize> {
+    encoded.checked_sub(1).and_then(|b| usize::try_from(b).ok())
 }

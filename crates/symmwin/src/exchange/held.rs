@@ -11,8 +11,9 @@ use super::wire::{decode_framed, Payload};
 use super::{Endpoint, GaveUp, Round, Traded};
 use crate::error::Result;
 
-/// Datagrams held beyond two per peer (each peer sends one per call before it can know
-/// we read its request, and a notice): anything more is not a peer's and is dropped.
+/// How many datagrams a gather may hold beyond two per peer: for one rendezvous a peer
+/// sends at most its first exchange message and a give-up notice before we have read its
+/// request, so what comes beyond that is dropped.
 const HELD_SPARE: usize = 16;
 
 impl Endpoint {
@@ -58,11 +59,10 @@ impl Endpoint {
         if !ours || message.payload != Payload::GaveUp || !self.token.matches(&message.token) {
             return None;
         }
-        let blames = message.physical_size.checked_sub(1);
         Some(GaveUp {
             seq,
             rank: message.sender as usize,
-            blames: blames.and_then(|b| usize::try_from(b).ok()),
+            blames: super::give_up::decode_blame(message.physical_size),
         })
     }
 
