@@ -114,6 +114,8 @@ fn soak(rank: usize, world: usize) -> String {
     anchor.barrier(SignalOptions::default()).unwrap();
     // Freed windows wait in the window cache: counted flushed, nothing may be left.
     symmwin::testing::window_cache::flush();
+    // The peer watcher's thread, started by the first rendezvous, maps as it starts.
+    common::settle_threads();
     let before = (
         open_fds(),
         mappings(),

@@ -435,6 +435,32 @@ pub fn mappings() -> usize {
         .count()
 }
 
+/// Wait (5 s at most) until every other thread of this process has started (it no
+/// longer carries the name of the thread that spawned it) and sleeps, so that what a
+/// thread maps as it starts (its signal stack, its malloc arena) is in a baseline of
+/// mappings taken afterwards.
+pub fn settle_threads() {
+    let own = std::fs::read_link("/proc/thread-self").unwrap();
+    let own_tid = own.file_name().unwrap().to_owned();
+    let own_name = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+    let settled = |t: &std::fs::DirEntry| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        t.file_name() == own_tid || (state == Some('S') && name != own_name)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap().flatten();
+        if tasks.collect::<Vec<_>>().iter().all(settled) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Entries (sockets) in a directory; 0 when it does not exist.
 pub fn entries(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)

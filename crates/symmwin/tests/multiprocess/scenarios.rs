@@ -124,7 +124,7 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     symmwin::testing::window_cache::flush();
     // The peer watcher's thread starts with the first rendezvous: its signal stack and
     // malloc arena appear a moment later, which is no leak.
-    settle_threads();
+    common::settle_threads();
     let (fds0, maps0, threads0) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::default()).unwrap();
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
@@ -183,31 +183,6 @@ fn changed(maps0: &[String], maps1: &[String], threads0: &[String], threads1: &[
     }
     let (started, ended) = (diff(threads0, threads1), diff(threads1, threads0));
     format!(" (mappings came: {came:?}; went: {went:?}; threads started: {started:?}; ended: {ended:?})")
-}
-
-/// Wait (5 s at most) until every other thread of this process has started (it no
-/// longer carries the name of the thread that spawned it) and sleeps, so that what a
-/// thread maps as it starts is in a baseline taken afterwards.
-fn settle_threads() {
-    let own = std::fs::read_link("/proc/thread-self").unwrap();
-    let own_tid = own.file_name().unwrap().to_owned();
-    let own_name = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
-    let settled = |t: &std::fs::DirEntry| {
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        t.file_name() == own_tid || (state == Some('S') && name != own_name)
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        let tasks = std::fs::read_dir("/proc/self/task").unwrap().flatten();
-        if tasks.collect::<Vec<_>>().iter().all(settled) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
 }
 
 /// This process's threads, as `tid:name`.
