@@ -19,7 +19,8 @@
 #define SYMMWIN_ABI_VERSION 3
 
 /**
- * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer: this rank's
+ * allocation, the peers' slots (torch's `buffer_ptrs`; also a
  * `symmwin_window_peer_ptr` kind).
  */
 #define SYMMWIN_BUFFER_PTRS 0
@@ -34,6 +35,13 @@
  * `symmwin_window_table_dev` table: `int[world]`, global rank of every group rank.
  */
 #define SYMMWIN_GLOBAL_RANKS 2
+
+/**
+ * `symmwin_window_table_dev` table: `void*[world]`, every rank's slot of the flat
+ * span, `base + rank * stride`, this rank's included (also a
+ * `symmwin_window_peer_ptr` kind).
+ */
+#define SYMMWIN_SLOT_PTRS 3
 
 /**
  * `SymmwinOpOptions::engine`: the process default (`SYMMWIN_OPS_ENGINE`, else auto).
@@ -299,8 +307,9 @@ typedef struct {
  */
 typedef struct {
   /**
-   * Address of rank 0's slot of the window's span (`symmwin_window_peer_ptr` gives
-   * each rank's memory, NULL where it is not mapped here).
+   * Address of rank 0's slot of the window's span: rank `r`'s slot is at
+   * `base + r * stride` (`symmwin_window_peer_ptr` gives each rank's buffer and slot,
+   * NULL where it is not mapped here).
    */
   size_t base;
   /**
@@ -623,11 +632,13 @@ void symmwin_window_release(SymmwinWindow *w);
 SymmwinStatus symmwin_window_info(const SymmwinWindow *w, SymmwinWindowInfo *out);
 
 /**
- * Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`) or signal pad
- * (`SYMMWIN_PAD_PTRS`) in this process; any other `what` is
- * `SYMMWIN_INVALID_ARGUMENT`. NULL for a rank whose memory is not mapped here (a
- * rank on another host of a group spanning hosts), and for the pad of a window
- * without pads.
+ * Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`), slot of the flat span
+ * (`SYMMWIN_SLOT_PTRS`) or signal pad (`SYMMWIN_PAD_PTRS`) in this process; any other
+ * `what` is `SYMMWIN_INVALID_ARGUMENT`. The buffer and the slot differ for this rank
+ * only: its buffer is the pointer its allocation was made at (buffer + `offset` is
+ * the pointer given to rendezvous), its slot `base + rank * stride` maps the same
+ * memory a second time. NULL for a rank whose memory is not mapped here (a rank on
+ * another host of a group spanning hosts), and for the pad of a window without pads.
  *
  * # Safety
  * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
@@ -637,8 +648,9 @@ SymmwinStatus symmwin_window_peer_ptr(const SymmwinWindow *w, int what, int64_t 
 
 /**
  * Device-visible address of one of the window's tables (host address for host
- * memory): `table` is one of `SYMMWIN_BUFFER_PTRS`, `SYMMWIN_PAD_PTRS`,
- * `SYMMWIN_GLOBAL_RANKS`; any other value is `SYMMWIN_INVALID_ARGUMENT`.
+ * memory): `table` is one of `SYMMWIN_BUFFER_PTRS`, `SYMMWIN_SLOT_PTRS`,
+ * `SYMMWIN_PAD_PTRS`, `SYMMWIN_GLOBAL_RANKS`; any other value is
+ * `SYMMWIN_INVALID_ARGUMENT`.
  *
  * # Safety
  * `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that

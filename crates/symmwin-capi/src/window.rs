@@ -20,8 +20,9 @@ pub struct SymmwinWindow {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SymmwinWindowInfo {
-    /// Address of rank 0's slot of the window's span (`symmwin_window_peer_ptr` gives
-    /// each rank's memory, NULL where it is not mapped here).
+    /// Address of rank 0's slot of the window's span: rank `r`'s slot is at
+    /// `base + r * stride` (`symmwin_window_peer_ptr` gives each rank's buffer and slot,
+    /// NULL where it is not mapped here).
     pub base: usize,
     /// Distance between ranks' memory.
     pub stride: usize,
@@ -115,11 +116,13 @@ pub unsafe extern "C" fn symmwin_window_info(
     })
 }
 
-/// Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`) or signal pad
-/// (`SYMMWIN_PAD_PTRS`) in this process; any other `what` is
-/// `SYMMWIN_INVALID_ARGUMENT`. NULL for a rank whose memory is not mapped here (a
-/// rank on another host of a group spanning hosts), and for the pad of a window
-/// without pads.
+/// Address of `rank`'s buffer (`what` = `SYMMWIN_BUFFER_PTRS`), slot of the flat span
+/// (`SYMMWIN_SLOT_PTRS`) or signal pad (`SYMMWIN_PAD_PTRS`) in this process; any other
+/// `what` is `SYMMWIN_INVALID_ARGUMENT`. The buffer and the slot differ for this rank
+/// only: its buffer is the pointer its allocation was made at (buffer + `offset` is
+/// the pointer given to rendezvous), its slot `base + rank * stride` maps the same
+/// memory a second time. NULL for a rank whose memory is not mapped here (a rank on
+/// another host of a group spanning hosts), and for the pad of a window without pads.
 ///
 /// # Safety
 /// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
@@ -137,10 +140,12 @@ pub unsafe extern "C" fn symmwin_window_peer_ptr(
         let r = rank_arg(rank, h.window.world(), "rank")?;
         let ptrs = match what {
             SYMMWIN_BUFFER_PTRS => h.window.ptrs(),
+            SYMMWIN_SLOT_PTRS => h.window.slots(),
             SYMMWIN_PAD_PTRS => h.window.pad_ptrs(),
             other => {
                 return Err(symmwin::Error::invalid(format!(
-                    "unknown pointer kind {other} (SYMMWIN_BUFFER_PTRS or SYMMWIN_PAD_PTRS)"
+                    "unknown pointer kind {other} (SYMMWIN_BUFFER_PTRS, SYMMWIN_SLOT_PTRS \
+                     or SYMMWIN_PAD_PTRS)"
                 )))
             }
         };
@@ -150,7 +155,8 @@ pub unsafe extern "C" fn symmwin_window_peer_ptr(
     unsafe { guard_out(out, ptr) }
 }
 
-/// `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer (also a
+/// `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer: this rank's
+/// allocation, the peers' slots (torch's `buffer_ptrs`; also a
 /// `symmwin_window_peer_ptr` kind).
 pub const SYMMWIN_BUFFER_PTRS: c_int = 0;
 
@@ -161,9 +167,15 @@ pub const SYMMWIN_PAD_PTRS: c_int = 1;
 /// `symmwin_window_table_dev` table: `int[world]`, global rank of every group rank.
 pub const SYMMWIN_GLOBAL_RANKS: c_int = 2;
 
+/// `symmwin_window_table_dev` table: `void*[world]`, every rank's slot of the flat
+/// span, `base + rank * stride`, this rank's included (also a
+/// `symmwin_window_peer_ptr` kind).
+pub const SYMMWIN_SLOT_PTRS: c_int = 3;
+
 /// Device-visible address of one of the window's tables (host address for host
-/// memory): `table` is one of `SYMMWIN_BUFFER_PTRS`, `SYMMWIN_PAD_PTRS`,
-/// `SYMMWIN_GLOBAL_RANKS`; any other value is `SYMMWIN_INVALID_ARGUMENT`.
+/// memory): `table` is one of `SYMMWIN_BUFFER_PTRS`, `SYMMWIN_SLOT_PTRS`,
+/// `SYMMWIN_PAD_PTRS`, `SYMMWIN_GLOBAL_RANKS`; any other value is
+/// `SYMMWIN_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `w` is NULL or a window from `symmwin_rendezvous` or `symmwin_window_existing` that
@@ -179,12 +191,13 @@ pub unsafe extern "C" fn symmwin_window_table_dev(
         let h = unsafe { window_arg(w) }?;
         let ptr = match table {
             SYMMWIN_BUFFER_PTRS => h.window.ptrs_dev()?,
+            SYMMWIN_SLOT_PTRS => h.window.slots_dev()?,
             SYMMWIN_PAD_PTRS => h.window.pad_ptrs_dev()?,
             SYMMWIN_GLOBAL_RANKS => h.window.global_ranks_dev()?,
             other => {
                 return Err(symmwin::Error::invalid(format!(
-                    "unknown table {other} (SYMMWIN_BUFFER_PTRS, SYMMWIN_PAD_PTRS or \
-                     SYMMWIN_GLOBAL_RANKS)"
+                    "unknown table {other} (SYMMWIN_BUFFER_PTRS, SYMMWIN_SLOT_PTRS, \
+                     SYMMWIN_PAD_PTRS or SYMMWIN_GLOBAL_RANKS)"
                 )))
             }
         };

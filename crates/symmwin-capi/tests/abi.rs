@@ -98,13 +98,18 @@ fn bad_ranks_and_worlds_are_refused() {
 fn a_table_that_does_not_exist_is_refused() {
     let (ptr, window) = host_window("abi-tables", 4096);
     let mut out = null_mut();
-    for table in [SYMMWIN_BUFFER_PTRS, SYMMWIN_PAD_PTRS, SYMMWIN_GLOBAL_RANKS] {
+    for table in [
+        SYMMWIN_BUFFER_PTRS,
+        SYMMWIN_SLOT_PTRS,
+        SYMMWIN_PAD_PTRS,
+        SYMMWIN_GLOBAL_RANKS,
+    ] {
         // SAFETY: a live window and a writable out.
         let status = unsafe { symmwin_window_table_dev(window, table, &mut out) };
         assert_eq!(status, SymmwinOk, "table {table}: {}", last_error());
         assert!(!out.is_null());
     }
-    for table in [3, -1, c_int::MAX] {
+    for table in [4, -1, c_int::MAX] {
         // SAFETY: as above.
         let status = unsafe { symmwin_window_table_dev(window, table, &mut out) };
         assert_eq!(status, SymmwinInvalidArgument, "table {table}");
@@ -128,8 +133,17 @@ fn peer_pointers_come_from_the_core_and_bad_arguments_are_refused() {
     let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_BUFFER_PTRS, 0, &mut out) };
     assert_eq!(status, SymmwinOk, "{}", last_error());
     assert_eq!(
-        out as usize, info.base,
-        "rank 0's buffer is the slot at the base"
+        out as usize,
+        ptr as usize - info.offset,
+        "rank 0's own buffer is its allocation"
+    );
+    // SAFETY: as above.
+    let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_SLOT_PTRS, 0, &mut out) };
+    assert_eq!(status, SymmwinOk, "{}", last_error());
+    assert_eq!(out as usize, info.base, "rank 0's slot is at the base");
+    assert_ne!(
+        info.base, ptr as usize,
+        "the own slot is an alias, not the allocation"
     );
     // SAFETY: as above.
     let status = unsafe { symmwin_window_peer_ptr(window, SYMMWIN_PAD_PTRS, 0, &mut out) };
@@ -153,7 +167,7 @@ fn peer_pointers_come_from_the_core_and_bad_arguments_are_refused() {
             last_error()
         );
     }
-    for what in [SYMMWIN_GLOBAL_RANKS, 3, -1] {
+    for what in [SYMMWIN_GLOBAL_RANKS, 4, -1] {
         // SAFETY: as above.
         let status = unsafe { symmwin_window_peer_ptr(window, what, 0, &mut out) };
         assert_eq!(status, SymmwinInvalidArgument, "kind {what}");

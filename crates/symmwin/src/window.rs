@@ -1,4 +1,12 @@
 //! A window: every rank's memory mapped at `base + rank * stride` in this process.
+//!
+//! Two addresses reach this rank's own memory: its slot of the span (an alias mapped
+//! with the peers', so that the span is whole for arithmetic addressing), and the
+//! allocation's own view, the pointer `alloc` returned. [`Window::ptrs`] reports the
+//! allocation's view for the own rank, as torch's backends do (programs compare it with
+//! the tensor's address); [`Window::slots`] reports the span. Two virtual addresses of
+//! one page have no L1 coherence promise inside one CUDA kernel, so each of our kernels
+//! reaches the own memory through its slot only.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +41,10 @@ struct WindowInner {
     /// another host and reached through the group's process-group backend.
     mapped: Vec<bool>,
     group: Arc<GroupShared>,
+    /// The allocation whose memory is this rank's slot: its own view (the pointer
+    /// `alloc` returned) is the own entry of [`Window::ptrs`], kept mapped while the
+    /// window lives even when the tensor that owned it is freed.
+    local: Allocation,
     /// The allocation this window was made from and the rendezvous number that made
     /// it: on drop the span goes back to the allocation, for the window cache.
     origin: Option<(Allocation, u64)>,
@@ -54,6 +66,7 @@ impl Drop for WindowInner {
 #[derive(Default)]
 struct Tables {
     buffers: Option<Box<dyn Table>>,
+    slots: Option<Box<dyn Table>>,
     pads: Option<Box<dyn Table>>,
     global_ranks: Option<Box<dyn Table>>,
 }
@@ -70,6 +83,8 @@ impl std::fmt::Debug for Window {
 }
 
 impl Window {
+    /// The window of `local` over `span`; `origin` is set when the span may go back to
+    /// `local` for the window cache, with the rendezvous number that made it.
     pub(crate) fn new(
         group: Arc<GroupShared>,
         span: Box<dyn Span>,
@@ -77,8 +92,10 @@ impl Window {
         size: usize,
         pad: Option<PadLease>,
         mapped: Vec<bool>,
-        origin: Option<(Allocation, u64)>,
+        local: &Allocation,
+        origin: Option<u64>,
     ) -> Self {
+        let origin = origin.map(|seq| (local.clone(), seq));
         if let Some((alloc, _)) = &origin {
             alloc.window_made();
         }
@@ -91,6 +108,7 @@ impl Window {
                 size,
                 mapped,
                 group,
+                local: local.clone(),
                 origin,
             }),
         }
@@ -121,9 +139,34 @@ impl Window {
         self.inner.layout
     }
 
-    /// Address of `rank`'s memory in this process; an error for a rank that is not
-    /// mapped (see [`Window::is_mapped`]).
+    /// Address of `rank`'s memory in this process as torch's contract has it: for this
+    /// rank the allocation's own view ([`Window::local_ptr`]), for a peer its slot; an
+    /// error for a rank that is not mapped (see [`Window::is_mapped`]).
     pub fn ptr(&self, rank: usize) -> Result<usize> {
+        let slot = self.slot(rank)?;
+        Ok(if rank == self.rank() {
+            self.local_ptr()
+        } else {
+            slot
+        })
+    }
+
+    /// Every rank's [`Window::ptr`], in rank order; 0 for ranks not mapped.
+    pub fn ptrs(&self) -> Vec<usize> {
+        let mut ptrs = self.slots();
+        ptrs[self.rank()] = self.local_ptr();
+        ptrs
+    }
+
+    /// The pointer `alloc` returned for this rank's allocation: this rank's memory
+    /// through its own view, the same pages as its slot of the span.
+    pub fn local_ptr(&self) -> usize {
+        self.inner.local.ptr()
+    }
+
+    /// Start of `rank`'s slot of the flat span (`base + rank * stride`; for this rank
+    /// an alias of [`Window::local_ptr`]); an error for a rank that is not mapped.
+    pub fn slot(&self, rank: usize) -> Result<usize> {
         let slot = self
             .inner
             .layout
@@ -142,8 +185,8 @@ impl Window {
         Ok(slot)
     }
 
-    /// Addresses of every rank's memory, in rank order; 0 for ranks not mapped.
-    pub fn ptrs(&self) -> Vec<usize> {
+    /// Every rank's [`Window::slot`], in rank order; 0 for ranks not mapped.
+    pub fn slots(&self) -> Vec<usize> {
         self.only_mapped(self.inner.layout.slots())
     }
 
@@ -205,6 +248,14 @@ impl Window {
         self.table(
             |t| &mut t.buffers,
             || self.ptrs().iter().map(|&p| p as u64).collect(),
+        )
+    }
+
+    /// Device-visible array of [`Window::slots`] (made on first use).
+    pub fn slots_dev(&self) -> Result<usize> {
+        self.table(
+            |t| &mut t.slots,
+            || self.slots().iter().map(|&p| p as u64).collect(),
         )
     }
 
@@ -424,9 +475,11 @@ impl Window {
         span.zero(range.start - layout.base, len)
     }
 
-    /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address.
+    /// Range check: `len` bytes at `offset` of `rank`'s slot; the absolute address
+    /// (in the span, for this rank too: our copies reach the own memory through one
+    /// address, its slot).
     fn slot_range(&self, rank: usize, offset: usize, len: usize) -> Result<usize> {
-        self.ptr(rank)?;
+        self.slot(rank)?;
         let range = self.inner.layout.slot_range(rank, offset, len);
         range.map(|r| r.start).map_err(|e| e.at_rank(self.rank()))
     }

@@ -27,7 +27,7 @@ fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
         (
             window.mapped_ranks(),
             window.all_mapped(),
-            window.ptrs(),
+            window.slots(),
             window.pad_ptrs(),
             layout,
             seen[0],

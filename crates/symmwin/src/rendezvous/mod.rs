@@ -138,7 +138,8 @@ impl Group {
             alloc.size(),
             lease,
             exchanged.mapped,
-            exchanged.cacheable.then(|| (alloc.clone(), exchanged.seq)),
+            alloc,
+            exchanged.cacheable.then_some(exchanged.seq),
         );
         Ok((window, times))
     }

@@ -11,7 +11,13 @@ pub(crate) fn visible(rank: usize, world: usize) -> String {
     let window = group.rendezvous(&alloc).unwrap();
     let layout = window.layout();
     for r in 0..world {
-        assert_eq!(window.ptr(r).unwrap(), layout.base + r * layout.stride);
+        assert_eq!(window.slot(r).unwrap(), layout.base + r * layout.stride);
+        let own = if r == rank {
+            alloc.ptr()
+        } else {
+            window.slot(r).unwrap()
+        };
+        assert_eq!(window.ptr(r).unwrap(), own);
     }
     for peer in 0..world {
         window
