@@ -142,6 +142,9 @@ setup(
     install_requires=[f"torch>={TORCH_MAJOR}.{TORCH_MINOR},<{TORCH_MAJOR}.{TORCH_MINOR + 1}"],
     package_dir={"": "python"},
     packages=["symmwin"],
+    # torch's `torch.backends` entry point (pyproject.toml): outside the package, so
+    # that `import torch` imports nothing of symmwin's unless SYMMWIN_AUTOLOAD=1.
+    py_modules=["_symmwin_autoload"],
     ext_modules=[
         CppExtension(
             "symmwin._C",

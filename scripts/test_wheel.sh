@@ -70,6 +70,40 @@ step "wheel: symmwin demo (host memory)"
 "$work/venv/bin/symmwin" --version
 "$work/venv/bin/symmwin" demo --provider host --world 2 --size 1M --iters 2
 
+step "wheel: SYMMWIN_AUTOLOAD=1 runs a program that never names symmwin on it"
+# torch calls the wheel's torch.backends entry point at the end of `import torch`.
+cat > "$work/unmodified.py" <<'EOF'
+import sys
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+rank, world = int(sys.argv[1]), 2
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[2]}", rank=rank, world_size=world)
+backend = symm_mem.get_backend("cpu")
+t = symm_mem.empty(16, device="cpu")
+t.fill_(rank + 1)
+hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+hdl.barrier()
+assert hdl.get_buffer(1 - rank, (16,), t.dtype).tolist() == [2.0 - rank] * 16
+assert t.data_ptr() - hdl.buffer_ptrs[rank] == hdl.offset
+hdl.barrier()
+dist.destroy_process_group()
+print("rank", rank, "ran on", backend)
+EOF
+if grep -qi symmwin "$work/unmodified.py"; then echo "the unmodified program names symmwin" >&2; exit 1; fi
+rm -f "$work/pg"
+SYMMWIN_AUTOLOAD=1 "$vpy" "$work/unmodified.py" 0 "$work/pg" > "$work/rank0.out" & first=$!
+SYMMWIN_AUTOLOAD=1 "$vpy" "$work/unmodified.py" 1 "$work/pg" > "$work/rank1.out"
+wait "$first"
+cat "$work/rank0.out" "$work/rank1.out"
+grep -q "ran on SYMMWIN_HOST" "$work/rank0.out" && grep -q "ran on SYMMWIN_HOST" "$work/rank1.out"
+# Unset, the entry point imports nothing of symmwin and selects nothing; its cost:
+"$vpy" -c 'import sys, torch, torch.distributed._symmetric_memory as s
+assert s.get_backend("cpu") is None, s.get_backend("cpu")
+assert "symmwin" not in sys.modules and "_symmwin_autoload" in sys.modules'
+"$vpy" -X importtime -c 'import torch' 2>&1 | awk -F'|' '/_symmwin_autoload *$/ {
+  split($1, t, ":"); printf "unset, the entry point costs %d us of import torch\n", t[2] }'
+
 step "wheel: another torch minor is refused by name at import"
 mkdir -p "$work/other_torch/torch"
 echo '__version__ = "2.99.0"' > "$work/other_torch/torch/__init__.py"

@@ -114,13 +114,25 @@ atexit.register(_C.remove_sockets)
 
 from . import ops  # noqa: E402  (torch.ops.symmwin itself is registered by _C)
 from .ops import put_signal, wait_signal  # noqa: E402  (torch's signatures)
+from . import _autoload  # noqa: E402
+
+# SYMMWIN_AUTOLOAD=1 (docs/clients.md): this import, which torch's `torch.backends`
+# entry point makes at the end of `import torch`, selects the backends.
+if _autoload.requested():
+    _autoload.select(BACKEND, HOST_BACKEND)
 
 
 def flat_layout(hdl: Any) -> tuple[int, int]:
     """Return ``(base, stride)`` of a rendezvous handle.
 
-    Every rank's buffer is at ``base + rank * stride`` in this process, so a kernel
-    can address peers arithmetically instead of through ``hdl.buffer_ptrs``.
+    Rank ``r``'s slot of the window's span is at ``base + r * stride`` in this
+    process, so a kernel can address peers arithmetically instead of through
+    ``hdl.buffer_ptrs``. For a peer the slot is ``hdl.buffer_ptrs[r]``. This rank's own
+    slot is a second mapping of its own memory, whose first address is
+    ``hdl.buffer_ptrs[hdl.rank]`` (the allocation, as torch's backends report it: add
+    ``hdl.offset`` for the tensor). Both show the same bytes; inside one CUDA kernel,
+    reach the own memory through one of them only (two addresses of one page have no
+    L1 coherence promise within a kernel).
 
     Args:
         hdl: the object returned by ``symm_mem.rendezvous``.

@@ -73,7 +73,11 @@ def basic(ctx):
         "world_size": hdl.world_size,
         "device": str(hdl.device),
         "buffer_size": hdl.buffer_size,
-        "flat": all(p == base + r * stride for r, p in enumerate(ptrs)) and stride > 0,
+        # Peers at their slots of the flat span; the own entry is the allocation (own
+        # entry + offset is the tensor), the own slot an alias of it.
+        "flat": all(p == base + r * stride for r, p in enumerate(ptrs) if r != ctx.rank) and stride > 0,
+        "own_is_allocation": t.data_ptr() - ptrs[ctx.rank] == hdl.offset,
+        "own_slot_is_an_alias": ptrs[ctx.rank] != base + ctx.rank * stride,
         "pad_zero_at_rest": bool((pad == 0).all()),
         "rank_to_global": symmwin.rank_to_global(hdl),
         "plain_tensor": repr(symm_mem.rendezvous(torch.zeros(4, device=ctx.device), dist.group.WORLD)),

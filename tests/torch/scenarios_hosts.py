@@ -22,13 +22,20 @@ def _local(ctx) -> list[int]:
     return [r for r in range(ctx.world) if hosts[r] == hosts[ctx.rank]]
 
 
-def _pointer_pattern_ok(ctx, hdl, local) -> bool:
-    """Ranks of this host sit at base + r*stride with a signal pad; every other rank's
-    buffer and pad pointers are 0."""
+def _pointer_pattern_ok(ctx, hdl, t, local) -> bool:
+    """Peers of this host sit at base + r*stride, our own entry is our allocation (plus
+    the offset: `t`), each with a signal pad; every other rank's buffer and pad
+    pointers are 0."""
     base, stride = symmwin.flat_layout(hdl)
     ptrs, pads = hdl.buffer_ptrs, hdl.signal_pad_ptrs
+
+    def own_or_slot(r: int) -> bool:
+        if r == ctx.rank:
+            return t.data_ptr() - ptrs[r] == hdl.offset
+        return ptrs[r] == base + r * stride
+
     return all(
-        (ptrs[r] == base + r * stride and pads[r] != 0) if r in local else (ptrs[r] == 0 and pads[r] == 0)
+        (own_or_slot(r) and pads[r] != 0) if r in local else (ptrs[r] == 0 and pads[r] == 0)
         for r in range(ctx.world)
     )
 
@@ -41,7 +48,7 @@ def spanning(ctx):
     t = symm_mem.empty(n, dtype=torch.float32, device=ctx.device)
     t.fill_(ctx.rank + 1)
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
-    pattern_ok = _pointer_pattern_ok(ctx, hdl, local)
+    pattern_ok = _pointer_pattern_ok(ctx, hdl, t, local)
     remote = [r for r in range(ctx.world) if r not in local]
     errors = {
         "get_buffer": _raises(hdl.get_buffer, remote[0], (n,), torch.float32),
@@ -149,7 +156,7 @@ def gpu_spanning(ctx):
     t = symm_mem.empty(n, device=ctx.device)
     t.fill_(ctx.rank + 1)
     hdl = symm_mem.rendezvous(t, dist.group.WORLD)
-    pattern_ok = _pointer_pattern_ok(ctx, hdl, local)
+    pattern_ok = _pointer_pattern_ok(ctx, hdl, t, local)
     remote = [r for r in range(ctx.world) if r not in local]
     ops = torch.ops.symm_mem
     out = torch.empty(n // ctx.world, device=ctx.device)

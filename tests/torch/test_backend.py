@@ -59,7 +59,9 @@ def test_basic(device):
         assert (r["rank"], r["world_size"]) == (rank, 2)
         assert r["device"] == _device_of(device, rank)
         assert r["buffer_size"] >= 256 * 4
-        assert r["flat"], "buffer_ptrs[r] must be base + r * stride"
+        assert r["flat"], "a peer's buffer_ptrs[r] must be base + r * stride"
+        assert r["own_is_allocation"], "buffer_ptrs[rank] + offset must be the tensor's address"
+        assert r["own_slot_is_an_alias"]
         assert r["pad_zero_at_rest"]
         assert r["rank_to_global"] == [0, 1]
         # torch 2.11 hands a backend's null handle back as None.

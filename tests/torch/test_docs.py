@@ -5,6 +5,9 @@ Every ```python block of the guides below is a test. Its first line says how it 
 - ``# run: torchrun --nproc-per-node N name.py``: the block is a script, started as N
   ranks with the environment torchrun gives them (RANK, WORLD_SIZE, LOCAL_RANK,
   MASTER_ADDR, MASTER_PORT); every rank must exit 0.
+- ``# autoload: torchrun --nproc-per-node N name.py``: as ``run:``, with
+  SYMMWIN_AUTOLOAD=1; skipped, with that reason, where symmwin's ``torch.backends``
+  entry point is not installed (it comes with the wheel).
 - ``# needs a CUDA GPU ...`` / ``# needs CUDA GPUs ...``: skipped here, with that reason.
 - ``# signature: ...``: the shape of a call; each ``torch.ops.symmwin.X(...)`` it names
   must exist, and each keyword it passes must be one of the op's arguments.
@@ -32,7 +35,7 @@ import pytest
 import harness
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDES = ["docs/pytorch.md", "docs/ops.md", "docs/multi-node.md"]
+GUIDES = ["docs/pytorch.md", "docs/ops.md", "docs/multi-node.md", "docs/clients.md"]
 TIMEOUT_S = 180
 
 
@@ -69,7 +72,13 @@ def test_every_guide_has_python_blocks():
         assert blocks(guide), f"{guide}: no ```python block found (did the fence change?)"
 
 
-def _run_ranks(block: Block, world: int) -> None:
+def _entry_point_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "symmwin" for ep in entry_points(group="torch.backends"))
+
+
+def _run_ranks(block: Block, world: int, extra: dict[str, str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="symmwin-docs-") as tmp:
         script = Path(tmp) / "block.py"
         script.write_text(block.code)
@@ -84,6 +93,7 @@ def _run_ranks(block: Block, world: int) -> None:
                     "LOCAL_WORLD_SIZE": str(world),
                     "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(port),
+                    **(extra or {}),
                 }
             )
             procs.append(
@@ -141,6 +151,12 @@ def test_guide_block(block: Block):
         run = re.fullmatch(r"run: torchrun --nproc-per-node (\d+) \S+\.py", marker)
         assert run, f"{block.id}: malformed marker {marker!r}"
         _run_ranks(block, int(run.group(1)))
+    elif marker.startswith("autoload:"):
+        run = re.fullmatch(r"autoload: torchrun --nproc-per-node (\d+) \S+\.py", marker)
+        assert run, f"{block.id}: malformed marker {marker!r}"
+        if not _entry_point_installed():
+            pytest.skip(f"{block.id}: needs symmwin installed (its torch.backends entry point comes with the wheel)")
+        _run_ranks(block, int(run.group(1)), {"SYMMWIN_AUTOLOAD": "1"})
     elif marker.startswith("signature:"):
         _check_signature(block)
     elif marker.startswith("part of a program:"):
@@ -158,6 +174,7 @@ BAD_SETTINGS = {
     "SYMMWIN_LOG": ("symmwin=loud", "is not a log filter"),
     "SYMMWIN_HOST_ID": ("node1 ", "has surrounding whitespace"),
     "SYMMWIN_DEBUG_FREE": ("yes", "is not a switch"),
+    "SYMMWIN_AUTOLOAD": ("on", "is not a switch"),
 }
 
 

@@ -89,6 +89,14 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "1: freed windows are never reused but unmapped, so a use after free \
                   faults (debugging; slower)",
     },
+    Setting {
+        name: "SYMMWIN_AUTOLOAD",
+        default: "0",
+        allowed: "0 or 1",
+        meaning: "1: an installed symmwin makes SYMMWIN and SYMMWIN_HOST torch's symmetric \
+                  memory backends at `import torch` in every process (torch's \
+                  `torch.backends` entry point; see docs/clients.md)",
+    },
 ];
 
 /// Which CUDA shareable-handle type to use.
@@ -333,6 +341,8 @@ impl Config {
                 .map_err(|_| "is not an engine".to_owned())
         });
         let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);
+        // Read by the Python package (symmwin._autoload); checked here with the rest.
+        vars.parse("SYMMWIN_AUTOLOAD", switch);
         if !vars.problems.is_empty() {
             return Err(Error::invalid(vars.problems.join("; ")));
         }
@@ -466,6 +476,7 @@ mod tests {
                 "yes",
                 "is not a switch; allowed: 0 or 1",
             ),
+            ("SYMMWIN_AUTOLOAD", "on", "is not a switch; allowed: 0 or 1"),
         ];
         for (name, value, expected) in cases {
             let why = refused(&[(name, value)]);
