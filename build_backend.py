@@ -105,20 +105,22 @@ def _missing_compilers() -> str | None:
 
 
 def _ninja_of_the_python_package() -> bool:
-    """Put the executable of an importable `ninja` package (PyPI's) on PATH, where
-    torch looks; True when that found one. It may sit outside this interpreter's
-    folder: a venv that reuses another's site-packages (--system-site-packages, a .pth)."""
-    if importlib.util.find_spec("ninja") is None:
-        return False
+    """Put the executable of an installed `ninja` package (PyPI's) on PATH, where torch
+    looks; True when that found one. It may sit outside this interpreter's folder: in
+    a venv that reuses another environment's site-packages (--system-site-packages, a
+    .pth file), whose scripts folder is not this one's."""
     try:
-        import ninja  # the PyPI package: its BIN_DIR holds the executable
-    except ImportError:
+        files = importlib.metadata.distribution("ninja").files or []
+    except importlib.metadata.PackageNotFoundError:
         return False
-    folder = getattr(ninja, "BIN_DIR", None)
-    if not folder or not os.access(os.path.join(folder, "ninja"), os.X_OK):
-        return False
-    os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), folder]).lstrip(os.pathsep)
-    return True
+    for file in files:
+        if file.name == "ninja" and file.parent.name == "bin":
+            found = os.path.realpath(file.locate())
+            if os.access(found, os.X_OK):
+                folder = os.path.dirname(found)
+                os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), folder]).lstrip(os.pathsep)
+                return True
+    return False
 
 
 def missing_build_tool(purpose: str = WHEEL) -> str | None:

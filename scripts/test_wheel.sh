@@ -92,18 +92,23 @@ if [ -n "${SYMMWIN_KEEP_WHEEL:-}" ]; then mkdir -p "$SYMMWIN_KEEP_WHEEL"; cp "$w
 step "wheel: the build finds ninja without its venv on PATH"
 # `.venv/bin/python -m pip wheel ...` without activating the venv: the pre-flight puts
 # the interpreter's folder (or the ninja package's) on PATH, where torch looks.
-PATH=/usr/bin:/bin "$vpy" - "$checkout" <<'EOF'
+"$vpy" - "$checkout" <<'EOF'
+import os
 import shutil
 import sys
 
 sys.path.insert(0, sys.argv[1])
 import build_backend  # noqa: E402
 
-before = shutil.which("ninja")
+# PATH without the folders that hold a ninja: as for an unactivated venv.
+os.environ["PATH"] = os.pathsep.join(
+    d for d in os.environ["PATH"].split(os.pathsep) if not os.access(os.path.join(d, "ninja"), os.X_OK)
+)
+assert shutil.which("ninja") is None
 build_backend.stop_if_missing(build_backend.EXTENSION)
 found = shutil.which("ninja")
 assert found, "the pre-flight passed, but ninja is not on PATH"
-print(f"ninja: {before} on the given PATH, {found} after the pre-flight")
+print(f"ninja not on the given PATH; {found} after the pre-flight")
 EOF
 
 ext="$(ls "$venv_site"/symmwin/_C*.so)"
