@@ -89,6 +89,13 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "1: freed windows are never reused but unmapped, so a use after free \
                   faults (debugging; slower)",
     },
+    Setting {
+        name: "SYMMWIN_DEBUG_FREE_KEEP",
+        default: "1024",
+        allowed: "a whole number above 0",
+        meaning: "with SYMMWIN_DEBUG_FREE=1, how many freed windows stay reserved: a \
+                  pointer kept across the last N frees faults (oldest released first)",
+    },
 ];
 
 /// Which CUDA shareable-handle type to use.
@@ -352,6 +359,7 @@ impl Config {
                 .map_err(|_| "is not an engine".to_owned())
         });
         let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);
+        vars.parse("SYMMWIN_DEBUG_FREE_KEEP", crate::debug_free::parse_keep);
         if !vars.problems.is_empty() {
             return Err(Error::invalid(vars.problems.join("; ")));
         }
@@ -502,6 +510,11 @@ mod tests {
                 "SYMMWIN_DEBUG_FREE",
                 "yes",
                 "is not a switch; allowed: 0 or 1",
+            ),
+            (
+                "SYMMWIN_DEBUG_FREE_KEEP",
+                "0",
+                "is zero: at least the last free must be kept; allowed: a whole number",
             ),
         ];
         for (name, value, expected) in cases {

@@ -126,7 +126,7 @@ fn socket_directory_not_private() {
     std::fs::create_dir_all(&open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let config = Config {
-        socket_dir: open,
+        socket_dir: open.clone(),
         ..Config::default()
     };
     let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
