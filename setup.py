@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_backend import stop_if_missing, torch_minor  # noqa: E402
+from build_backend import prepare_build, torch_minor  # noqa: E402
 
-stop_if_missing()
+prepare_build(sys.argv[1:])
 
 import torch  # noqa: E402
 from setuptools import setup  # noqa: E402
@@ -142,9 +142,10 @@ setup(
     install_requires=[f"torch>={TORCH_MAJOR}.{TORCH_MINOR},<{TORCH_MAJOR}.{TORCH_MINOR + 1}"],
     package_dir={"": "python"},
     packages=["symmwin"],
-    # torch's `torch.backends` entry point (pyproject.toml): outside the package, so
-    # that `import torch` imports nothing of symmwin's unless SYMMWIN_AUTOLOAD=1.
-    py_modules=["_symmwin_autoload"],
+    # Outside the package, so that importing them imports neither symmwin nor torch:
+    # torch's `torch.backends` entry point (pyproject.toml), which does nothing unless
+    # SYMMWIN_AUTOLOAD=1, and the `symmwin` command (python/_symmwin_cli.py says why).
+    py_modules=["_symmwin_autoload", "_symmwin_cli"],
     ext_modules=[
         CppExtension(
             "symmwin._C",

@@ -9,7 +9,7 @@
 set -euo pipefail
 mkdir -p "$1"; bin="$(cd "$1" && pwd)"
 cd "$(dirname "$0")/.."
-"${PYTHON:-python3}" -m pip wheel . -w "$bin" --no-build-isolation --no-deps --quiet
+"${PYTHON:-python3}" -m pip wheel . -w "$bin" --no-build-isolation --no-deps -v
 test_exe() {
   cargo test --release -p symmwin "$@" --no-run --message-format=json \
     | python3 -c 'import json, sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])'

@@ -175,6 +175,7 @@ BAD_SETTINGS = {
     "SYMMWIN_HOST_ID": ("node1 ", "has surrounding whitespace"),
     "SYMMWIN_DEBUG_FREE": ("yes", "is not a switch"),
     "SYMMWIN_AUTOLOAD": ("on", "is not a switch"),
+    "SYMMWIN_DEBUG_FREE_KEEP": ("0", "is zero"),
 }
 
 

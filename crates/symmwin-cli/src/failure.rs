@@ -37,7 +37,9 @@ impl Failure {
     pub fn interrupted(signal: i32) -> Self {
         Failure {
             code: u8::try_from(128 + signal).unwrap_or(EXIT_FAILED),
-            message: format!("interrupted by signal {signal}: ranks stopped, store removed"),
+            message: format!(
+                "interrupted by signal {signal}: ranks stopped, store and sockets removed"
+            ),
         }
     }
 

@@ -172,6 +172,16 @@ impl Ranks {
             r.seen = self.ended;
             self.ended += 1;
         }
+        self.remove_killed_ranks_sockets();
+    }
+
+    /// A killed rank cannot remove its exchange sockets: once every rank is reaped,
+    /// the supervisor does (the ranks' socket directory is the one it checked).
+    fn remove_killed_ranks_sockets(&self) {
+        if let Ok(config) = symmwin::Config::from_env() {
+            let pids: Vec<u32> = self.running.iter().map(|r| r.pid).collect();
+            symmwin::remove_sockets_of(&config.socket_dir, &pids);
+        }
     }
 
     fn all_ended(&self) -> bool {

@@ -213,6 +213,24 @@ fn signal(pid: u32, signal: i32) {
 
 /// A long demo, once all its ranks are running; returns it and their pids.
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits for it
+/// The socket directory of this test process's long demos (created by the ranks).
+fn socket_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("symmwin-cli-test-{}", std::process::id()))
+}
+
+/// The exchange sockets in [`socket_dir`] of the processes `pids`.
+fn sockets_of(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir(socket_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            name.ends_with(".sock") && pids.iter().any(|pid| name.starts_with(&format!("{pid}-")))
+        })
+        .collect()
+}
+
 fn long_demo(world: usize) -> (Child, Vec<u32>) {
     let mut demo = symmwin()
         .args([
@@ -225,6 +243,7 @@ fn long_demo(world: usize) -> (Child, Vec<u32>) {
             "100000000",
         ])
         .env("SYMMWIN_TIMEOUT_MS", "1000")
+        .env("SYMMWIN_SOCKET_DIR", socket_dir())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -362,6 +381,8 @@ fn sigterm_and_sigint_stop_the_ranks_and_remove_the_store() {
             stores_of(demo.id()).is_empty(),
             "store left after signal {sig}"
         );
+        let left = sockets_of(&ranks);
+        assert!(left.is_empty(), "sockets left after signal {sig}: {left:?}");
     }
 }
 

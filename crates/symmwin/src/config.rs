@@ -96,6 +96,11 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "1: an installed symmwin makes SYMMWIN and SYMMWIN_HOST torch's symmetric \
                   memory backends at `import torch` in every process (torch's \
                   `torch.backends` entry point; see docs/clients.md)",
+        name: "SYMMWIN_DEBUG_FREE_KEEP",
+        default: "1024",
+        allowed: "a whole number above 0",
+        meaning: "with SYMMWIN_DEBUG_FREE=1, how many freed windows stay reserved: a \
+                  pointer kept across the last N frees faults (oldest released first)",
     },
 ];
 
@@ -243,9 +248,14 @@ fn switch(value: &str) -> std::result::Result<bool, String> {
     }
 }
 
-/// Syntax of a directory setting, checked without creating anything: an absolute
-/// path, naming a directory or a place where one can be created.
-pub(crate) fn directory(value: &str) -> std::result::Result<PathBuf, String> {
+/// A directory setting, checked without creating anything: an absolute path, naming a
+/// private directory of ours (owner and mode checked, as at its first use) or a place
+/// where one can be created. `what` and `guards` name it in the reason.
+pub(crate) fn directory(
+    value: &str,
+    what: &str,
+    guards: &str,
+) -> std::result::Result<PathBuf, String> {
     let path = Path::new(value);
     if !path.is_absolute() {
         return Err(
@@ -259,8 +269,14 @@ pub(crate) fn directory(value: &str) -> std::result::Result<PathBuf, String> {
         .find(|p| std::fs::symlink_metadata(p).is_ok())
         .unwrap_or(Path::new("/"));
     if existing == path {
-        return match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => Ok(path.to_owned()),
+        return match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => match crate::private_dir::problem(&m, what, guards) {
+                Some(why) => Err(why),
+                None => Ok(path.to_owned()),
+            },
+            Ok(m) if m.file_type().is_symlink() => {
+                Err("is a symlink: symmwin refuses one (another user could retarget it)".into())
+            }
             _ => Err("exists and is not a directory".into()),
         };
     }
@@ -313,7 +329,10 @@ fn creatable_in(dir: &Path) -> Option<&'static str> {
 impl Config {
     /// Read the environment: every variable of [`SETTINGS`] is checked, and all the bad
     /// ones are reported together. Creates nothing.
+    /// Settings that do nothing (a misspelt name, a log filter selecting none of
+    /// symmwin's messages) are warned about on stderr, once per process.
     pub fn from_env() -> Result<Self> {
+        crate::setting_warnings::warn_once();
         Config::from_vars(&|name| std::env::var_os(name))
     }
 
@@ -331,9 +350,14 @@ impl Config {
             })
             .unwrap_or(HandlePreference::Auto);
         let socket_dir = vars
-            .parse("SYMMWIN_SOCKET_DIR", directory)
+            .parse("SYMMWIN_SOCKET_DIR", |v| directory(v, SOCKETS.0, SOCKETS.1))
             .unwrap_or_else(|| default_socket_dir(lookup));
-        vars.parse("SYMMWIN_STORE_DIR", directory);
+        if lookup("SYMMWIN_SOCKET_DIR").is_none_or(|v| v.is_empty()) {
+            check_default_socket_dir(&socket_dir, &mut vars.problems);
+        }
+        vars.parse("SYMMWIN_STORE_DIR", |v| {
+            directory(v, "store directory", "the tokens in it")
+        });
         vars.parse("SYMMWIN_LOG", |v| log_filter(v).map(drop));
         let host_id = vars.parse("SYMMWIN_HOST_ID", host_id);
         vars.parse("SYMMWIN_OPS_ENGINE", |v| {
@@ -343,6 +367,7 @@ impl Config {
         let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);
         // Read by the Python package (symmwin._autoload); checked here with the rest.
         vars.parse("SYMMWIN_AUTOLOAD", switch);
+        vars.parse("SYMMWIN_DEBUG_FREE_KEEP", crate::debug_free::parse_keep);
         if !vars.problems.is_empty() {
             return Err(Error::invalid(vars.problems.join("; ")));
         }
@@ -367,6 +392,24 @@ impl Config {
         match process_group {
             Some(t) if !self.timeout_from_env && !t.is_zero() => t,
             _ => self.timeout,
+        }
+    }
+}
+
+/// How the socket directory is named in reasons: what it is, what it protects.
+const SOCKETS: (&str, &str) = ("socket directory", "the sockets");
+
+/// The default socket directory, when it exists, must be ours and private: another
+/// local user can pre-create `/tmp/symmwin-<uid>`. Refused, never replaced by another
+/// directory (every rank of this user must agree on one): the user sets
+/// `SYMMWIN_SOCKET_DIR`.
+fn check_default_socket_dir(dir: &Path, problems: &mut Vec<String>) {
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if let Some(why) = crate::private_dir::problem(&meta, SOCKETS.0, SOCKETS.1) {
+            problems.push(format!(
+                "the default socket directory {} (SYMMWIN_SOCKET_DIR is unset) {why}",
+                dir.display()
+            ));
         }
     }
 }
@@ -477,6 +520,11 @@ mod tests {
                 "is not a switch; allowed: 0 or 1",
             ),
             ("SYMMWIN_AUTOLOAD", "on", "is not a switch; allowed: 0 or 1"),
+            (
+                "SYMMWIN_DEBUG_FREE_KEEP",
+                "0",
+                "is zero: at least the last free must be kept; allowed: a whole number",
+            ),
         ];
         for (name, value, expected) in cases {
             let why = refused(&[(name, value)]);
@@ -486,6 +534,55 @@ mod tests {
             // One prefix, not the kind's text repeated inside the reason.
             assert!(!why.contains("invalid argument"), "{why}");
         }
+    }
+
+    #[test]
+    fn a_shared_or_foreign_directory_is_refused_with_its_real_mode_and_no_chmod_advice() {
+        // /tmp: sticky and writable by all (1777); owned by root, or by us as root.
+        for name in ["SYMMWIN_SOCKET_DIR", "SYMMWIN_STORE_DIR"] {
+            let why = refused(&[(name, "/tmp")]);
+            assert!(why.contains("mode 1777"), "{why}");
+            assert!(why.contains(&format!("set {name} to a new path")), "{why}");
+            assert!(!why.contains("chmod"), "{why}");
+        }
+        // /etc: 755, owned by root (by us too when the tests run as root).
+        let why = refused(&[("SYMMWIN_SOCKET_DIR", "/etc")]);
+        assert!(why.contains("mode 755"), "{why}");
+        assert!(!why.contains("chmod"), "{why}");
+    }
+
+    #[test]
+    fn a_default_socket_directory_of_another_user_is_refused_at_once() {
+        // A directory made by another user where the default would be (as root, the
+        // test can make one: chown to an unused uid); otherwise "/" stands in, open to
+        // others (755) and root's.
+        let made = std::env::temp_dir().join(format!("symmwin-foreign-{}", std::process::id()));
+        std::fs::create_dir_all(&made).unwrap();
+        let foreign =
+            rustix::fs::chown(&made, Some(rustix::fs::Uid::from_raw(54_321)), None).is_ok();
+        let dir = if foreign {
+            made.as_path()
+        } else {
+            Path::new("/")
+        };
+        let mut problems = Vec::new();
+        check_default_socket_dir(dir, &mut problems);
+        let _ = std::fs::remove_dir(&made);
+        let why = problems.join("; ");
+        let head = format!(
+            "the default socket directory {} (SYMMWIN_SOCKET_DIR is unset)",
+            dir.display()
+        );
+        assert!(why.starts_with(&head), "{why}");
+        if foreign {
+            assert!(why.contains("is owned by uid 54321"), "{why}");
+            assert!(why.contains("no other directory is tried"), "{why}");
+        }
+        assert!(
+            why.contains("set SYMMWIN_SOCKET_DIR to a new path"),
+            "{why}"
+        );
+        assert!(!why.contains("chmod"), "{why}");
     }
 
     #[test]

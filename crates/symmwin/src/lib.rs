@@ -58,6 +58,7 @@ mod protocol;
 mod provider;
 mod registry;
 mod rendezvous;
+mod setting_warnings;
 mod signal;
 mod store;
 #[doc(hidden)]
@@ -76,7 +77,7 @@ pub use device_provider::provider_for_device;
 pub use device_timeout::DeviceTimeout;
 pub use engine::{Engine, ENGINE_ENV};
 pub use error::{Error, ErrorKind, Phase, Result};
-pub use exchange::{remove_own_sockets, ExchangeCounts};
+pub use exchange::{remove_own_sockets, remove_sockets_of, ExchangeCounts};
 pub use group::{Group, GroupSpec, MAX_WORLD};
 pub use interrupt::{
     clear as clear_interrupt, request as request_interrupt, requested as interrupt_requested,

@@ -34,25 +34,76 @@ pub(crate) fn verify(dir: &Path, what: &str, guards: &str, phase: Phase) -> Resu
             ErrorKind::Rejected(format!("{what} {}: {why}", dir.display())),
         )
     };
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| Error::os(phase, "lstat", naming(e, what, dir)))?;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        // It was there when it was first checked: someone removed it since.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(refuse(
+                "no longer exists: it was removed while in use (by another process of \
+                 this job, or a cleanup that ran too early)"
+                    .into(),
+            ))
+        }
+        Err(e) => return Err(Error::os(phase, "lstat", naming(e, what, dir))),
+    };
+    match problem(&meta, what, guards) {
+        Some(why) => Err(refuse(why)),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a directory (`meta` from lstat) meant to be private, or `None`:
+/// not a real directory, owned by another user, or open to others. Also what the
+/// settings check at import says about an existing `SYMMWIN_SOCKET_DIR` /
+/// `SYMMWIN_STORE_DIR`, so both give the same reason and the same advice.
+pub(crate) fn problem(meta: &std::fs::Metadata, what: &str, guards: &str) -> Option<String> {
     if !meta.file_type().is_dir() {
-        return Err(refuse("is not a directory (a symlink is refused)".into()));
+        return Some("is not a directory (a symlink is refused)".into());
     }
     let uid = rustix::process::getuid().as_raw();
     if meta.uid() != uid {
-        return Err(refuse(format!(
-            "is owned by uid {}, not by us ({uid})",
-            meta.uid()
-        )));
+        return Some(format!(
+            "is owned by uid {}, not by us ({uid}), with mode {:o}: another user made \
+             it, or it is shared; set {} to a new path of your own (symmwin creates it \
+             0700). It is refused, and no other directory is tried: every rank must use \
+             the same one",
+            meta.uid(),
+            meta.mode() & 0o7777,
+            variable_of(what),
+        ));
     }
     if meta.mode() & 0o077 != 0 {
-        return Err(refuse(format!(
-            "has mode {:o}; it must be 0700 so other users cannot reach {guards}",
-            meta.mode() & 0o777
-        )));
+        return Some(format!(
+            "has mode {:o}; it must be 0700 so other users cannot reach {guards}{}",
+            meta.mode() & 0o7777,
+            advice_for_mode(meta.mode(), what),
+        ));
     }
-    Ok(())
+    None
+}
+
+/// The setting that names a directory described as `what`.
+fn variable_of(what: &str) -> &'static str {
+    if what.contains("store") {
+        "SYMMWIN_STORE_DIR"
+    } else {
+        "SYMMWIN_SOCKET_DIR"
+    }
+}
+
+/// What to do about a directory of ours with the wrong mode: never to change it (it
+/// may be shared, as /tmp is, or relied on by something else), but to use a new one.
+fn advice_for_mode(mode: u32, what: &str) -> String {
+    let shared = if mode & 0o022 != 0 {
+        " (it is shared: others may write to it)"
+    } else {
+        ""
+    };
+    format!(
+        "{shared}; set {} to a new path instead (symmwin creates it 0700), rather than \
+         changing this directory",
+        variable_of(what)
+    )
 }
 
 /// `e` with the path it concerns: "No such file or directory (socket directory /x)".

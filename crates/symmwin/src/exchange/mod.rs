@@ -28,7 +28,7 @@ use crate::provider::SharedHandle;
 use crate::token::Token;
 use early::Early;
 pub use give_up::GaveUp;
-pub use sweep::remove_own_sockets;
+pub use sweep::{remove_own_sockets, remove_sockets_of};
 use traded::Sent;
 pub use traded::{Awaited, Outgoing, Traded};
 pub use wire::Offer;

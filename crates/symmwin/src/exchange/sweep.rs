@@ -47,6 +47,36 @@ fn socket_name_pid(name: &str) -> Option<i32> {
     pid.parse().ok()
 }
 
+/// Remove the sockets in `dir` (the socket directory) of the processes `pids`, once
+/// they are gone: what a supervisor that killed its ranks (the `symmwin` command on
+/// Ctrl-C) does, since a killed process cannot remove its own. Returns how many.
+pub fn remove_sockets_of(dir: &Path, pids: &[u32]) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(socket_name_pid) else {
+            continue;
+        };
+        let ours = u32::try_from(pid).is_ok_and(|p| pids.contains(&p));
+        if ours
+            && entry.file_type().is_ok_and(|t| t.is_socket())
+            && !pid_alive(pid)
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+fn pid_alive(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid)
+        .map(|p| rustix::process::test_kill_process(p).is_ok())
+        .unwrap_or(false)
+}
+
 /// Remove the sockets in `dir` named as ours whose pid is gone. Anything that is not
 /// a socket (a file, a symlink) is left alone whatever its name.
 fn sweep_dead_sockets(dir: &Path) {
@@ -61,10 +91,7 @@ fn sweep_dead_sockets(dir: &Path) {
         if !entry.file_type().is_ok_and(|t| t.is_socket()) {
             continue;
         }
-        let alive = rustix::process::Pid::from_raw(pid)
-            .map(|p| rustix::process::test_kill_process(p).is_ok())
-            .unwrap_or(false);
-        if !alive {
+        if !pid_alive(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

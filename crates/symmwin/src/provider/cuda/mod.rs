@@ -220,8 +220,9 @@ impl Provider for CudaProvider {
         self.check_granular(len, Phase::Map)?;
         let _guard = self.ctx.enter().phase(Phase::Map)?;
         // SAFETY: our context is current; CudaSpan frees the range.
-        let base =
-            unsafe { driver::mem_address_reserve(len, self.granularity) }.phase(Phase::Map)?;
+        let base = unsafe { driver::mem_address_reserve(len, self.granularity) }
+            .phase(Phase::Map)
+            .map_err(crate::debug_free::name_mode_in)?;
         Ok(Box::new(CudaSpan {
             stream: Arc::clone(&self.stream),
             base,

@@ -98,12 +98,23 @@ impl Drop for CudaSpan {
         }
         // Freeing a range that still holds a mapping is refused by the driver anyway;
         // leaking the address range is the lesser evil. In the use-after-free debug mode
-        // the range stays reserved with nothing mapped, so a stale pointer faults
-        // (an illegal address) instead of reaching a later allocation.
-        if clean && !crate::debug_free::enabled() {
-            // SAFETY: the whole reservation, now with nothing mapped in it.
-            if let Err(e) = unsafe { driver::mem_address_free(self.base, self.len) } {
-                tracing::error!("cuMemAddressFree failed: {}", e.name());
+        // the range stays reserved with nothing mapped for the next
+        // SYMMWIN_DEBUG_FREE_KEEP frees, so a stale pointer faults (an illegal address)
+        // instead of reaching a later allocation.
+        if clean {
+            let (base, len) = (self.base, self.len);
+            let free = move || {
+                // SAFETY: the whole reservation, with nothing mapped in it, freed once.
+                if let Err(e) = unsafe { driver::mem_address_free(base, len) } {
+                    tracing::error!("cuMemAddressFree failed: {}", e.name());
+                }
+            };
+            if crate::debug_free::enabled() {
+                // Freed after SYMMWIN_DEBUG_FREE_KEEP newer spans, by the drop of the
+                // newest, while its context is current (this guard).
+                crate::debug_free::quarantine(Box::new(free));
+            } else {
+                free();
             }
         }
         drop(guard);

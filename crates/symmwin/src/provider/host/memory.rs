@@ -174,8 +174,9 @@ impl Drop for HostSpan {
 }
 
 impl HostSpan {
-    /// Release the pages but keep the range reserved with no access, for good, so that
-    /// any later access through a stale pointer faults ([`crate::debug_free`]).
+    /// Release the pages but keep the range reserved with no access, so that any later
+    /// access through a stale pointer faults, until the quarantine releases it after
+    /// `SYMMWIN_DEBUG_FREE_KEEP` newer frees ([`crate::debug_free`]).
     fn quarantine(&mut self) {
         // SAFETY: base/len is our reservation; a fixed PROT_NONE anonymous mapping over
         // it replaces (and so unmaps) every region mapped inside, and nothing else of
@@ -191,6 +192,14 @@ impl HostSpan {
         if let Err(e) = replaced {
             tracing::error!("quarantining a freed host span failed: {e}");
         }
+        let (base, len) = (self.base, self.len);
+        crate::debug_free::quarantine(Box::new(move || {
+            // SAFETY: our PROT_NONE reservation from above, which nothing else uses;
+            // released once, by the quarantine, after `keep()` newer frees.
+            if let Err(e) = unsafe { rustix::mm::munmap(base as *mut _, len) } {
+                tracing::error!("munmap of a quarantined host span failed: {e}");
+            }
+        }));
     }
 }
 

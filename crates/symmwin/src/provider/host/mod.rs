@@ -120,7 +120,13 @@ impl Provider for HostProvider {
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }
-        .map_err(|e| crate::limits::mmap_error(Phase::Map, "mmap(reserve)", e))?;
+        .map_err(|e| {
+            crate::debug_free::name_mode_in(crate::limits::mmap_error(
+                Phase::Map,
+                "mmap(reserve)",
+                e,
+            ))
+        })?;
         Ok(Box::new(HostSpan {
             base: base as usize,
             len,
