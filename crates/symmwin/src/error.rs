@@ -156,6 +156,16 @@ pub enum ErrorKind {
         /// What happened there.
         why: String,
     },
+    /// A host signal wait on this window ended without completing (on this rank or
+    /// another), so its pads are out of step: every later call on the window fails at
+    /// once, naming the call and rank that failed first.
+    #[error(
+        "this window is poisoned: {0}, which left its signal pads out of step between the \
+         ranks, so no later call on it can be trusted to pair with its peers' same call; \
+         {remedy}",
+        remedy = crate::poison::REMEDY
+    )]
+    Poisoned(Box<crate::poison::Poison>),
     /// The caller interrupted the wait ([`crate::request_interrupt`], [`crate::set_interrupt_check`]; from Python, Ctrl-C).
     #[error("interrupted while waiting")]
     Interrupted,
@@ -181,6 +191,8 @@ pub struct Error {
     kind: ErrorKind,
     /// The subgroup the ranks above belong to, when its ranks are not the global ones.
     group: Option<Box<GroupLabel>>,
+    /// This failure poisoned its window (see [`ErrorKind::Poisoned`]): what it wrote.
+    poisoned: Option<Box<crate::poison::Poison>>,
 }
 
 /// Names a subgroup in an error, so group ranks can be told from global ranks.
@@ -242,7 +254,16 @@ impl fmt::Display for Error {
                 g.globals(missing)
             ),
             (_, kind) => write!(f, ": {kind}"),
+        }?;
+        if self.poisoned.is_some() {
+            write!(
+                f,
+                "; this left the window's signal pads out of step, so the window is now \
+                 poisoned on every rank: {}",
+                crate::poison::REMEDY
+            )?;
         }
+        Ok(())
     }
 }
 
@@ -255,6 +276,7 @@ impl Error {
             peer: None,
             kind,
             group: None,
+            poisoned: None,
         }
     }
 
@@ -342,6 +364,21 @@ impl Error {
     /// Shorthand for a bad argument.
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(Phase::Argument, ErrorKind::InvalidArgument(message.into()))
+    }
+
+    /// Record that this failure poisoned its window.
+    pub(crate) fn poisoning(mut self, poison: crate::poison::Poison) -> Self {
+        self.poisoned = Some(Box::new(poison));
+        self
+    }
+
+    /// The poisoned window this error is about: the one its own failure poisoned, or
+    /// the one a call was refused on ([`ErrorKind::Poisoned`]).
+    pub fn poisoned_window(&self) -> Option<&crate::poison::Poison> {
+        match &self.kind {
+            ErrorKind::Poisoned(poison) => Some(poison),
+            _ => self.poisoned.as_deref(),
+        }
     }
 
     /// True when the error is a timeout waiting for peers.

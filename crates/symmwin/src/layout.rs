@@ -134,6 +134,9 @@ pub struct PadLayout {
     slots: FlatLayout,
     len: usize,
     rank: usize,
+    /// Address of rank 0's poison mark (host pads only; see `poison`): rank `r`'s is
+    /// `stride` bytes on per rank, outside its pad.
+    marks: Option<usize>,
 }
 
 /// Bytes of one pad word.
@@ -148,7 +151,27 @@ impl PadLayout {
             .and_then(|last| last.checked_add(slots.base))
             .and_then(|last| last.checked_add(len))
             .ok_or_else(|| pad_error("signal pads overflow the address space".into()))?;
-        Ok(PadLayout { slots, len, rank })
+        Ok(PadLayout {
+            slots,
+            len,
+            rank,
+            marks: None,
+        })
+    }
+
+    /// The same pads with a poison mark per rank, rank 0's at `rank0_mark` and the
+    /// others a stride apart (host pads; the caller placed them outside every pad).
+    pub(crate) fn with_marks(self, rank0_mark: usize) -> Self {
+        PadLayout {
+            marks: Some(rank0_mark),
+            ..self
+        }
+    }
+
+    /// Address of `owner`'s poison mark, where these pads have marks.
+    pub(crate) fn mark(&self, owner: usize) -> Option<usize> {
+        let base = self.marks?;
+        (owner < self.world()).then(|| base + owner * self.slots.stride)
     }
 
     /// Pads of `len` bytes, rank `r`'s at `base + r * stride`, seen from `rank`.

@@ -52,6 +52,7 @@ mod logging;
 mod ops;
 mod peer_exit;
 mod peer_watch;
+mod poison;
 mod private_dir;
 mod probe;
 mod protocol;
@@ -93,6 +94,7 @@ pub use ops::plan::Shape;
 pub use ops::{ElemType, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
 pub use peer_exit::PeerExit;
 pub use peer_watch::PeerSet;
+pub use poison::{Poison, PoisonCause};
 pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
 pub use provider::cuda::{
     check_context as check_cuda_context, device_count as cuda_device_count, peer_access,

@@ -168,6 +168,8 @@ impl Registry {
         if let Some(w) = slot.as_ref() {
             // A cached window skips the provider; a lost device context must still show.
             w.check_errors()?;
+            // A poisoned window is never handed out again as if it were fine.
+            w.check_poison()?;
             return Ok(Some((w.clone(), offset)));
         }
         let window = group.rendezvous_with_pads(&alloc, pad_size)?;

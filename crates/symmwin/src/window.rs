@@ -15,6 +15,8 @@ use crate::allocation::Allocation;
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
+use crate::poison::Poison;
+use crate::provider::host::poison_marks;
 use crate::provider::{
     PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
 };
@@ -53,6 +55,11 @@ struct WindowInner {
 impl Drop for WindowInner {
     fn drop(&mut self) {
         if let (Some((alloc, seq)), Some(span)) = (self.origin.take(), self.span.take()) {
+            if self.poisoned().is_some() {
+                // A poisoned window is never parked, so never handed out again: its
+                // peers' pads are out of step with ours.
+                alloc.shared_in_failed_call();
+            }
             alloc.window_gone(WindowSpan {
                 group: self.group.cache_key,
                 seq,
@@ -60,6 +67,14 @@ impl Drop for WindowInner {
                 layout: self.layout,
             });
         }
+    }
+}
+
+impl WindowInner {
+    /// The record in this rank's poison mark of the window's pads, if set.
+    fn poisoned(&self) -> Option<crate::poison::Poison> {
+        let pads = self.pad.as_ref()?.layout(self.group.rank).ok()?;
+        poison_marks::read(&pads)
     }
 }
 
@@ -392,15 +407,60 @@ impl Window {
     /// ignores it).
     pub fn barrier(&self, options: SignalOptions) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
-        if !self.all_mapped() {
-            return self.spanning_op(options.timeout_given(), |s, t| {
-                s.barrier(SignalAt::new(channel, t, stream))
-            });
-        }
-        self.signal_op(options.timeout_given(), |s, pads, t| {
-            let at = SignalAt::new(channel, t, stream).watching(self.peers());
-            s.signal(pads, PadSignal::Barrier, at)
+        self.guarded("barrier", channel, || {
+            if !self.all_mapped() {
+                return self.spanning_op(options.timeout_given(), |s, t| {
+                    s.barrier(SignalAt::new(channel, t, stream))
+                });
+            }
+            self.signal_op(options.timeout_given(), |s, pads, t| {
+                let at = SignalAt::new(channel, t, stream).watching(self.peers());
+                s.signal(pads, PadSignal::Barrier, at)
+            })
         })
+    }
+
+    /// The poison record of this window, if a host signal wait on it ended without
+    /// completing (on any rank): then every call on it fails ([`ErrorKind::Poisoned`]).
+    pub fn poisoned(&self) -> Option<Poison> {
+        self.inner.poisoned()
+    }
+
+    /// Fail with [`ErrorKind::Poisoned`] when the window is poisoned: the first step of
+    /// every call on it.
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        match self.poisoned() {
+            None => Ok(()),
+            Some(poison) => Err(self.context(poison_marks::refused(poison).at_rank(self.rank()))),
+        }
+    }
+
+    /// Run `call` (named `name`, on pad `channel`) unless the window is poisoned; when
+    /// its wait ends without completing, poison the window on every mapped rank
+    /// before returning the error (host pads: CUDA pads have no marks, and a device
+    /// wait that fails traps instead).
+    pub(crate) fn guarded(
+        &self,
+        name: &'static str,
+        channel: usize,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.check_poison()?;
+        call().map_err(|e| self.poison_after(name, channel, e))
+    }
+
+    /// `e` from `name` on `channel`: the window poisoned first when `e` ended a wait
+    /// early and the pads have marks.
+    fn poison_after(&self, name: &'static str, channel: usize, e: Error) -> Error {
+        let Some(poison) = Poison::of_failure(name, channel, self.rank(), &e) else {
+            return e;
+        };
+        let Some(pads) = self.pads().ok().filter(|p| p.mark(p.rank()).is_some()) else {
+            return e;
+        };
+        let first = poison_marks::poison(&pads, |r| self.is_mapped(r), poison.clone());
+        tracing::debug!("rank {} poisoned its window: {first}", self.rank());
+        e.poisoning(poison)
     }
 
     /// Signal rank `dst` on the channel of `options`.
@@ -422,18 +482,20 @@ impl Window {
         options: SignalOptions,
     ) -> Result<()> {
         let (channel, stream) = (options.channel_index(), options.stream_handle().raw());
-        if peer < self.world() && !self.is_mapped(peer) {
-            return self.spanning_op(options.timeout_given(), |s, t| {
-                s.remote_signal(peer, direction, channel, t, stream)
-            });
-        }
-        let op = match direction {
-            Direction::Send => PadSignal::Put(peer),
-            Direction::Recv => PadSignal::Wait(peer),
+        let (op, name) = match direction {
+            Direction::Send => (PadSignal::Put(peer), "put_signal"),
+            Direction::Recv => (PadSignal::Wait(peer), "wait_signal"),
         };
-        self.signal_op(options.timeout_given(), |s, pads, t| {
-            let at = SignalAt::new(channel, t, stream).watching(self.peers());
-            s.signal(pads, op, at)
+        self.guarded(name, channel, || {
+            if peer < self.world() && !self.is_mapped(peer) {
+                return self.spanning_op(options.timeout_given(), |s, t| {
+                    s.remote_signal(peer, direction, channel, t, stream)
+                });
+            }
+            self.signal_op(options.timeout_given(), |s, pads, t| {
+                let at = SignalAt::new(channel, t, stream).watching(self.peers());
+                s.signal(pads, op, at)
+            })
         })
     }
 

@@ -154,6 +154,7 @@ fn sample_request(rank: usize) -> Request {
         pad_size: 9216,
         pad_pools: 1,
         pad_free: vec![u64::MAX - 1],
+        pad_scrub: vec![],
         foreign_calls: 0,
         pid: 10 + rank as u32,
         uid: 1000,

@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "debug_free",
             "interrupt",
             "waiting",
+            "poison",
         ],
     ),
     ("providers", &["provider"]),

@@ -127,6 +127,7 @@ impl Group {
         let lease = if pad_size == 0 {
             None
         } else {
+            run.scrub_pads(&exchanged.requests, pad_size);
             Some(run.claim_pad(&exchanged.requests, pad_size)?)
         };
         run.clock.add_since(Step::Pads, pads_started);

@@ -41,6 +41,7 @@ pub(super) fn request(shared: &GroupShared, state: &GroupState, ask: Ask<'_>) ->
         pad_size: ask.pads.pad_size,
         pad_pools: ask.pads.pools,
         pad_free: ask.pads.free.clone(),
+        pad_scrub: ask.pads.scrub.clone(),
         foreign_calls: shared
             .foreign_calls
             .load(std::sync::atomic::Ordering::Relaxed),
@@ -125,6 +126,7 @@ pub(super) struct PadAsk {
     pub(super) pad_size: usize,
     pub(super) pools: usize,
     pub(super) free: Vec<u64>,
+    pub(super) scrub: Vec<u64>,
 }
 
 impl PadAsk {
@@ -134,13 +136,14 @@ impl PadAsk {
             pad_size: 0,
             pools: 0,
             free: Vec::new(),
+            scrub: Vec::new(),
         }
     }
 
     /// This rank's pools of `pad_size` pads and which slots are free in them.
     pub(super) fn of(shared: &GroupShared, pad_size: usize) -> Self {
         let provider = &shared.provider;
-        let (pools, free) = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
+        let snapshot = shared.pads.snapshot(pad_size, shared.rank, |addr, len| {
             let mut bytes = vec![0u8; len];
             // SAFETY: `addr..addr + len` is this rank's own pad in a pool window the
             // group keeps mapped for as long as `shared.pads` lives.
@@ -149,8 +152,9 @@ impl PadAsk {
         });
         PadAsk {
             pad_size,
-            pools,
-            free,
+            pools: snapshot.pools,
+            free: snapshot.free,
+            scrub: snapshot.scrub,
         }
     }
 }

@@ -42,6 +42,10 @@ pub struct Request {
     pub pad_pools: usize,
     /// Free-slot bitmap over all pad pools, 64 slots a word.
     pub pad_free: Vec<u64>,
+    /// Slots let go here whose pads must be scrubbed before reuse (host pools: a
+    /// poisoned window's, or one left holding a signal), 64 slots a word.
+    #[serde(default)]
+    pub pad_scrub: Vec<u64>,
     /// Rendezvous calls the rank answered "not symmetric" on this group so far
     /// (see [`crate::Group::note_foreign_rendezvous`]); ranks must agree.
     #[serde(default)]
@@ -79,6 +83,7 @@ impl std::fmt::Debug for Request {
             .field("pad_size", &self.pad_size)
             .field("pad_pools", &self.pad_pools)
             .field("pad_free", &self.pad_free)
+            .field("pad_scrub", &self.pad_scrub)
             .field("foreign_calls", &self.foreign_calls)
             .field("pid", &self.pid)
             .field("uid", &self.uid)
@@ -218,6 +223,7 @@ mod tests {
             pad_size: 0,
             pad_pools: 0,
             pad_free: vec![],
+            pad_scrub: vec![],
             foreign_calls: 0,
             pid: 1,
             uid: 0,

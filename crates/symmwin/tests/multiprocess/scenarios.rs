@@ -249,6 +249,7 @@ pub(crate) fn publish_and_vanish(rank: usize, world: usize) {
         pad_size: symmwin::DEFAULT_PAD_SIZE,
         pad_pools: 0,
         pad_free: vec![],
+        pad_scrub: vec![],
         foreign_calls: 0,
         pid: std::process::id(),
         uid: rustix::process::getuid().as_raw(),

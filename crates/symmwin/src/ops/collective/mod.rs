@@ -203,7 +203,18 @@ unsafe fn execute_elems(
         // SAFETY: as above.
         unsafe { super::DeviceOps::execute(&spanning, &ctx, op) }
     };
-    go().map_err(|e| window.context(e))
+    // A poisoned window refuses the op before any peer's data is touched; a wait of the
+    // op that ends early poisons it (an operand mismatch, found after both barriers,
+    // does not: the pads are balanced then).
+    let channel = match op {
+        OpRequest::PutSignal { .. } => 0,
+        _ => window
+            .pads()
+            .ok()
+            .and_then(|p| ops_channel(&p).ok())
+            .unwrap_or(0),
+    };
+    window.guarded(op.name(), channel, || go().map_err(|e| window.context(e)))
 }
 
 /// Copy `root`'s `buf` into every rank's `buf` (torch's `nvshmem_broadcast`).

@@ -82,6 +82,8 @@ pub fn wait_for_signal(
     opts: &OpOptions,
 ) -> Result<()> {
     let w = sig.window;
+    // The word is the user's (see docs/ops.md), but the window's poison still holds.
+    w.check_poison()?;
     let check = || {
         let word = signal_word(&sig)?.addr(w.rank())?;
         Ok((word, peer.into().in_group(w.world(), "peer")?))

@@ -7,6 +7,7 @@
 
 mod memory;
 mod ops;
+pub(crate) mod poison_marks;
 mod signals;
 
 use rustix::fs::{MemfdFlags, SealFlags};

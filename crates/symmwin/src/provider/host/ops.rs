@@ -295,6 +295,8 @@ impl DeviceOps for HostOps {
             peer: wait.peer,
             peers: wait.peers,
             waiter: (wait.rank, "wait_for_signal"),
+            // The user's own word: the user's protocol, never the window's poison.
+            mark: None,
         };
         if wait_until(until, consumed).map_err(|e| e.at_rank(wait.rank))? {
             Ok(())

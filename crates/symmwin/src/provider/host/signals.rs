@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::super::{PadLayout, PadSignal, SignalAt, Signals};
+use super::poison_marks;
 use crate::error::{Error, ErrorKind, Phase, Result};
 
 /// Signals on host memory: the pads are plain shared memory, so CPU atomics suffice.
@@ -42,13 +43,17 @@ pub(crate) struct HostWait {
     pub(crate) peers: crate::peer_watch::PeerSet,
     /// The waiting rank, and what it waits in ("a barrier on channel 0").
     pub(crate) waiter: (usize, &'static str),
+    /// This rank's poison mark of the pads waited on, if they have one: a wait sees
+    /// the window poisoned by another rank within one look.
+    pub(crate) mark: Option<usize>,
 }
 
 /// Spin (yielding, then sleeping) until `done` or the deadline: `Ok(false)` on timeout,
-/// an error naming the peer once it has ended without `done`. Ranks may outnumber
-/// cores, so the wait gives the peer it waits for a chance to run. The death mark is
-/// read before `done` is looked at once more, so a peer that did its part and then
-/// ended fails nothing.
+/// an error naming the peer once it has ended without `done`, and
+/// [`ErrorKind::Poisoned`] once another rank poisoned the window waited on. Ranks may
+/// outnumber cores, so the wait gives the peer it waits for a chance to run. The death
+/// mark is read before `done` is looked at once more, so a peer that did its part and
+/// then ended fails nothing.
 pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
     let mut spins = 0u32;
     let mut next_look = Instant::now() + crate::waiting::LOOK_EVERY;
@@ -59,6 +64,7 @@ pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Resu
         if spins % 64 == 0 {
             let now = Instant::now();
             if now >= next_look {
+                poisoned_at(wait.mark)?;
                 if let Some(gone) = wait.peers.exit_error(Phase::Signal, wait.peer) {
                     return if done() { Ok(true) } else { Err(gone) };
                 }
@@ -80,6 +86,17 @@ pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Resu
     Ok(true)
 }
 
+/// Fail when the mark at `mark` holds a poison record.
+fn poisoned_at(mark: Option<usize>) -> Result<()> {
+    let Some(addr) = mark else { return Ok(()) };
+    // SAFETY: a wait's mark is this rank's own mark of the pads it waits on, mapped
+    // for as long as the window whose call waits.
+    match unsafe { poison_marks::read_at(addr) } {
+        None => Ok(()),
+        Some(poison) => Err(poison_marks::refused(poison)),
+    }
+}
+
 /// A wait for `peer` that gave up after `timeout`.
 pub(crate) fn timed_out(peer: usize, timeout: Duration) -> Error {
     Error::new(
@@ -98,7 +115,12 @@ impl Signals for HostSignals {
             channel, timeout, ..
         } = at;
         let deadline = Instant::now() + timeout;
-        let flip = |flip: Flip| flip.run(pads, channel, (deadline, at.peers), timeout);
+        // Each flip is followed by a look at this rank's poison mark: a call whose
+        // peers gave up on the window never goes on to pair with a later call.
+        let flip = |flip: Flip| {
+            flip.run(pads, channel, (deadline, at.peers), timeout)?;
+            poison_marks::check(pads)
+        };
         let peers = || (0..pads.world()).filter(|&p| p != pads.rank());
         match op {
             PadSignal::Barrier => {
@@ -141,6 +163,7 @@ impl Flip {
             peer,
             peers,
             waiter: (me, "a host signal wait"),
+            mark: pads.mark(me),
         };
         if spin_until(word, from, 1 - from, ordering, wait)? {
             Ok(())
