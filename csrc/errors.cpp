@@ -38,6 +38,23 @@ bool is_own_timeout(SymmwinStatus status) {
   TORCH_CHECK(false, message);
 }
 
+// Whether `message` names `op` as a word of its own (not inside a longer op's name,
+// "all_to_all" in "all_to_all_vdev"), so the prefix need not name it again.
+bool names_op(const std::string& message, const std::string& op) {
+  const auto part_of_name = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+  };
+  for (auto at = message.find(op); at != std::string::npos; at = message.find(op, at + 1)) {
+    const auto end = at + op.size();
+    const bool starts = at == 0 || !part_of_name(message[at - 1]);
+    const bool ends = end == message.size() || !part_of_name(message[end]) || message[end] == '.';
+    if (starts && ends) {
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 void symmwin_torch::check(SymmwinStatus status) {
@@ -61,7 +78,9 @@ void symmwin_torch::check_op(const char* op, SymmwinStatus status) {
   if (status == SYMMWIN_OK) {
     return;
   }
-  const std::string message = "symmwin." + std::string(op) + ": " + symmwin_last_error();
+  // The op is named once: by the core's message when it does, else by the prefix.
+  const std::string last = symmwin_last_error();
+  const std::string message = names_op(last, op) ? last : "symmwin." + std::string(op) + ": " + last;
   if (status == SYMMWIN_INTERRUPTED) {
     raise_interrupted(message);
   }

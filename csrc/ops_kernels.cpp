@@ -199,7 +199,7 @@ void put_signal(const at::Tensor& src, const Handle& hdl, int64_t peer) {
       " but hdl is on ",
       hdl->get_device());
   SymmwinWindow* w = window_of_handle(hdl, op);
-  const SymmwinOperand dst{w, hdl->get_offset(), bytes(src), 0};
+  const SymmwinOperand dst{w, hdl->get_offset(), bytes(src), 0, operand_dtype(src)};
   const auto opts = options_for(src);
   check_op(
       op,

@@ -9,7 +9,10 @@
 #include "groups.h"
 #include "handle.h"
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+
+#include <array>
 
 
 namespace symmwin_torch {
@@ -20,6 +23,21 @@ namespace sm = c10d::symmetric_memory;
 // Engine of SymmwinOpOptions for ops on this thread: the one place this setting lives
 // (torch.ops.symmwin._set_engine / _get_engine; symmwin.ops names the codes).
 thread_local int64_t engine_override = SYMMWIN_ENGINE_DEFAULT;
+
+// The core's code of a dtype (from c10::toString's name, which the core maps to the
+// code of torch's Python name), computed once per ScalarType.
+uint64_t dtype_code(c10::ScalarType type) {
+  constexpr auto count = static_cast<size_t>(c10::ScalarType::NumOptions);
+  static const auto codes = [] {
+    std::array<uint64_t, count> all{};
+    for (size_t i = 0; i < count; ++i) {
+      all[i] = symmwin_dtype_code(c10::toString(static_cast<c10::ScalarType>(i)));
+    }
+    return all;
+  }();
+  const auto i = static_cast<size_t>(type);
+  return i < count ? codes[i] : symmwin_dtype_code(c10::toString(type));
+}
 
 // The core's device index of a tensor: -1 for the host provider.
 int core_device(const at::Tensor& t) {
@@ -34,12 +52,16 @@ SymmwinStatus find_window(const at::Tensor& t, const char* group, size_t len, Bo
   const auto status = symmwin_window_existing(t.data_ptr(), group, core_device(t), &window, &offset);
   if (status == SYMMWIN_OK) {
     std::shared_ptr<SymmwinWindow> owned(window, [](SymmwinWindow* w) { symmwin_window_release(w); });
-    *out = Bound{Handle(), owned, SymmwinOperand{window, offset, len, 0}};
+    *out = Bound{Handle(), owned, SymmwinOperand{window, offset, len, 0, dtype_code(t.scalar_type())}};
   }
   return status;
 }
 
 } // namespace
+
+uint64_t operand_dtype(const at::Tensor& t) {
+  return dtype_code(t.scalar_type());
+}
 
 SymmwinOpOptions options_for(const at::Tensor& t) {
   SymmwinOpOptions o{};
@@ -96,7 +118,7 @@ Bound bind_tensor(
   const auto storage = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
   const auto ptr = reinterpret_cast<uintptr_t>(t.data_ptr());
   TORCH_CHECK(ptr >= storage, "symmwin.", op, ": ", what, " starts before its storage");
-  return {handle, nullptr, SymmwinOperand{window, handle->get_offset() + (ptr - storage), len, 0}};
+  return {handle, nullptr, SymmwinOperand{window, handle->get_offset() + (ptr - storage), len, 0, operand_dtype(t)}};
 }
 
 Bound bind_existing(const at::Tensor& t, const char* op, const char* what, size_t len) {
@@ -128,7 +150,7 @@ Bound bind_sigpad(const Bound& data, const at::Tensor& sigpad, const char* op) {
     return bind_existing(sigpad, op, "sigpad", bytes(sigpad));
   }
   check_op(op, status);
-  return {data.handle, data.owned, SymmwinOperand{window, offset, bytes(sigpad), 1}};
+  return {data.handle, data.owned, SymmwinOperand{window, offset, bytes(sigpad), 1, operand_dtype(sigpad)}};
 }
 
 SymmwinWindow* window_of_handle(const Handle& hdl, const char* op) {

@@ -21,6 +21,9 @@ using Handle = c10::intrusive_ptr<c10d::symmetric_memory::SymmetricMemory>;
 
 SymmwinOpOptions options_for(const at::Tensor& t);
 
+// SymmwinOperand::dtype of a tensor: the core's code of its dtype (symmwin_dtype_code).
+uint64_t operand_dtype(const at::Tensor& t);
+
 // torch.ops.symmwin._set_engine / _get_engine: the engine of the ops on this thread.
 void set_engine(int64_t code);
 int64_t get_engine();

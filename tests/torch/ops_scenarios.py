@@ -519,9 +519,13 @@ def ops_same_as_torch(ctx):
 
 
 def ops_disagree(ctx):
-    """The last rank passes other operands than the others: float64 x 4 per peer
-    against float32 x 8 (the same bytes) in all_to_all, and its own rank as the root
-    of a broadcast. Every rank raises, naming the ranks that differ; a good call
+    """The last rank passes other operands than the others, each case one call on
+    every rank: float64 x 4 per peer against float32 x 8 (the same bytes) in
+    all_to_all ("dtype"), int32 against float32 of one size ("same_size"), rows of
+    float32 x 4 against float64 x 2 in all_to_all_vdev ("rows"), int32 against
+    float32 in broadcast ("broadcast_dtype"), 4 elements per peer against 8
+    ("count", a view of the same allocation), and its own rank as the root of a
+    broadcast ("root"). Every rank raises, naming the ranks that differ; a good call
     afterwards works (the group is still in step)."""
     W, me, g = ctx.world, ctx.rank, _group()
     odd = me == W - 1
@@ -530,11 +534,27 @@ def ops_disagree(ctx):
     inp, out = _sym(ctx, (W * per,), dtype), _sym(ctx, (W * per,), dtype)
     inp.fill_(me + 1)
     caught["dtype"] = _error(torch.ops.symmwin.all_to_all, inp, out, g)
+    same = torch.int32 if odd else torch.float32
+    inp, out = _sym(ctx, (W * 8,), same), _sym(ctx, (W * 8,), same)
+    inp.fill_(me + 1)
+    caught["same_size"] = _error(torch.ops.symmwin.all_to_all, inp, out, g)
+    row_dtype, width = (torch.float32, 4) if odd else (torch.float64, 2)
+    rows_in, rows_out = _sym(ctx, (W, width), row_dtype), _sym(ctx, (W, width), row_dtype)
+    in_splits, out_so = _sym(ctx, (W,), torch.int64), _sym(ctx, (2, W), torch.int64)
+    in_splits.fill_(1)
+    caught["rows"] = _error(torch.ops.symmwin.all_to_all_vdev, rows_in, rows_out, in_splits, out_so, g)
+    typed = _sym(ctx, (16,), torch.int32 if odd else torch.float32)
+    typed.fill_(me + 1)
+    caught["broadcast_dtype"] = _error(torch.ops.symmwin.broadcast, typed, 0, g)
+    inp, out = _sym(ctx, (W * 8,), torch.float32), _sym(ctx, (W * 8,), torch.float32)
+    n = W * 4 if odd else W * 8
+    caught["count"] = _error(torch.ops.symmwin.all_to_all, inp[:n], out[:n], g)
     buf = _sym(ctx, (16,), torch.float32)
     buf.fill_(me + 1)
     caught["root"] = _error(torch.ops.symmwin.broadcast, buf, me if odd else 0, g)
     torch.ops.symmwin.broadcast(buf, 0, g)
     assert torch.equal(buf.cpu(), torch.full((16,), 1.0)), "in step after the disagreement"
+    torch.ops.symmwin.all_to_all(inp, out, g)
     return caught
 
 

@@ -120,23 +120,38 @@ def test_bad_input_is_a_clear_error(device, world):
     assert "which do not fit an out of 2 rows" in room and "peer" in room, room
 
 
+# What each rank of ops_disagree passes, odd rank (the last) first: the message names
+# its own operands and the other rank's.
+DISAGREE = {
+    "dtype": ("all_to_all", "4 float64 elements per peer", "8 float32 elements per peer"),
+    "same_size": ("all_to_all", "8 int32 elements per peer", "8 float32 elements per peer"),
+    "rows": ("all_to_all_vdev", "rows of 16 bytes (4 float32 elements)", "rows of 16 bytes (2 float64 elements)"),
+    "broadcast_dtype": ("broadcast", "16 int32 elements from root 0", "16 float32 elements from root 0"),
+    "count": ("all_to_all", "4 float32 elements per peer", "8 float32 elements per peer"),
+    "root": ("broadcast", None, "16 float32 elements from root 0"),
+}
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_ranks_that_disagree_on_operands_raise_naming_each_other(world):
-    # CPU: float32 x 8 against float64 x 4 in all_to_all, another root in broadcast.
+    # CPU: every case of DISAGREE fails on every rank, naming what it passed and what
+    # the differing ranks passed; the op is named once.
     results = run_world(world, "ops_disagree")
     odd = world - 1
     for rank, caught in enumerate(results):
         others = list(range(odd)) if rank == odd else [odd]
-        for case, op in (("dtype", "all_to_all"), ("root", "broadcast")):
+        for case, (op, odd_has, even_has) in DISAGREE.items():
             text = caught[case]
-            assert f"ranks disagree on the operands of {op}: rank {rank} (this rank) has" in text, (rank, text)
+            mine, theirs = (odd_has, even_has) if rank == odd else (even_has, odd_has)
+            assert f"ranks disagree on the operands of {op}: rank {rank} (this rank) has" in text, (case, rank, text)
+            assert text.count(op) == 1, ("the op is named once", case, text)
+            if mine is not None:
+                assert f"rank {rank} (this rank) has {mine}" in text, (case, rank, text)
             for other in others:
-                assert f"rank {other} has fingerprint" in text, (rank, text)
-        if rank == odd:
-            assert "4 elements of 8 bytes per peer" in caught["dtype"], caught
-        else:
-            assert "8 elements of 4 bytes per peer" in caught["dtype"], caught
-        assert ("from root 0" in caught["root"]) != (rank == odd), caught
+                want = f"rank {other} has {theirs}" if theirs is not None else f"rank {other} has "
+                assert want in text, (case, rank, text)
+            assert "1 elements" not in text, text
+        assert ("from root 0" in caught["root"].split(";")[0]) != (rank == odd), caught
 
 
 def test_an_op_whose_peers_never_come_raises_symmwin_timeout_error():

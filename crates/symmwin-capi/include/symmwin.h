@@ -15,8 +15,9 @@
  * (`symmwin_abi_version`). 2: ranks, roots and peers are `int64_t`,
  * `symmwin_op_all_to_all` takes the element size, `symmwin_op_wait_for_signal` a
  * group. 3: `SymmwinRemote` posts and waits (the core owns the transport policy).
+ * 4: `SymmwinOperand` carries a dtype code (`symmwin_dtype_code`).
  */
-#define SYMMWIN_ABI_VERSION 3
+#define SYMMWIN_ABI_VERSION 4
 
 /**
  * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer: this rank's
@@ -363,6 +364,11 @@ typedef struct {
    * Non-zero: the operand lies in the window's signal pads.
    */
   int in_pads;
+  /**
+   * Its dtype's code from `symmwin_dtype_code` (0: untyped bytes); collective ops
+   * fail on every rank when ranks pass different dtypes.
+   */
+  uint64_t dtype;
 } SymmwinOperand;
 
 /**
@@ -745,6 +751,17 @@ SymmwinStatus symmwin_window_pad_offset(const SymmwinWindow *w,
                                         const void *ptr,
                                         size_t len,
                                         size_t *offset);
+
+/**
+ * The code of the dtype torch names `name` (`"float32"`, `"torch.float32"` and
+ * `c10::toString`'s `"Float"` alike), for `SymmwinOperand::dtype`: the same on every
+ * rank, distinct for every dtype (a name symmwin does not know gets a code of its
+ * own). NULL gives 0, untyped bytes.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string.
+ */
+uint64_t symmwin_dtype_code(const char *name);
 
 /**
  * Equal-split all-to-all of `input` into `out` (torch's `nvshmem_all_to_all`), both

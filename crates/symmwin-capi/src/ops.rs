@@ -32,6 +32,26 @@ pub struct SymmwinOperand {
     pub len: usize,
     /// Non-zero: the operand lies in the window's signal pads.
     pub in_pads: c_int,
+    /// Its dtype's code from `symmwin_dtype_code` (0: untyped bytes); collective ops
+    /// fail on every rank when ranks pass different dtypes.
+    pub dtype: u64,
+}
+
+/// The code of the dtype torch names `name` (`"float32"`, `"torch.float32"` and
+/// `c10::toString`'s `"Float"` alike), for `SymmwinOperand::dtype`: the same on every
+/// rank, distinct for every dtype (a name symmwin does not know gets a code of its
+/// own). NULL gives 0, untyped bytes.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn symmwin_dtype_code(name: *const c_char) -> u64 {
+    if name.is_null() {
+        return 0;
+    }
+    // SAFETY: a non-null name is a NUL-terminated string of the caller.
+    let bytes = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    symmwin::DType::from_name_bytes(bytes).code()
 }
 
 /// Per-call options of an op.
@@ -82,6 +102,7 @@ unsafe fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
         offset: op.offset,
         len: op.len,
         in_pads: op.in_pads != 0,
+        dtype: symmwin::DType::from_code(op.dtype),
     })
 }
 

@@ -233,6 +233,7 @@ fn a_bad_engine_and_null_operands_are_refused() {
         offset: 0,
         len: 64,
         in_pads: 0,
+        dtype: 0,
     };
     let opts = SymmwinOpOptions {
         engine: 9,
@@ -467,4 +468,35 @@ fn devices_below_host_are_refused_free_of_null_is_a_no_op_and_success_clears_the
     assert_eq!(symmwin_init(), SymmwinOk);
     assert_eq!(last_error(), "");
     assert_eq!(symmwin_abi_version(), SYMMWIN_ABI_VERSION);
+}
+
+#[test]
+fn dtype_codes_are_one_per_dtype_whatever_the_spelling() {
+    let code = |name: &str| {
+        let name = c(name);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { symmwin_dtype_code(name.as_ptr()) }
+    };
+    assert_eq!(code("Float"), code("float32"));
+    assert_eq!(code("torch.float32"), code("float32"));
+    assert_eq!(code("float32"), symmwin::DType::FLOAT32.code());
+    assert_ne!(code("Float"), code("Int"));
+    assert_ne!(code("float6_a"), code("float6_b"));
+    assert_ne!(code("float6_a"), 0);
+    // SAFETY: NULL is allowed: untyped bytes.
+    assert_eq!(unsafe { symmwin_dtype_code(null()) }, 0);
+    // A typed operand of a dtype whose size is not the named element size is refused.
+    let (ptr, window) = host_window("abi-dtype", 4096);
+    let typed = SymmwinOperand {
+        dtype: code("float64"),
+        ..whole(window, 64)
+    };
+    // SAFETY: a live window for both operands; NULL options are the defaults.
+    let status = unsafe { symmwin_op_all_to_all(typed, typed, 4, null()) };
+    assert_refused(status, "elements of 4 bytes, but float64 elements are 8 bytes");
+    let untyped = whole(window, 64);
+    // SAFETY: as above.
+    let status = unsafe { symmwin_op_all_to_all(typed, untyped, 8, null()) };
+    assert_refused(status, "input is float64 but out is untyped");
+    release_host_window(ptr, window);
 }

@@ -91,7 +91,7 @@ pub use ops::collective::{
     wait_for_signal, wait_for_signal_at, wait_signal,
 };
 pub use ops::plan::Shape;
-pub use ops::{ElemType, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
+pub use ops::{DType, ElemType, Elements, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
 pub use peer_exit::PeerExit;
 pub use peer_watch::PeerSet;
 pub use poison::{Poison, PoisonCause};

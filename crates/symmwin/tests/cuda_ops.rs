@@ -19,7 +19,7 @@ use symmwin::{cuda_device_count as device_count, CudaProvider};
 use symmwin::{
     Allocation, Engine, Group, HandlePreference, Operand, Provider, SignalOptions, Stream, Window,
 };
-use symmwin::{ElemType, ReduceOp, Rows, Tile};
+use symmwin::{DType, ElemType, ReduceOp, Rows, Tile};
 
 common::worker! {
     "var" => var_ops,
@@ -326,26 +326,101 @@ fn tiles(rank: usize, world: usize) -> String {
     format!("failures={}", failures.first().cloned().unwrap_or_default())
 }
 
-/// float32 x 8 per peer on rank 0 against float64 x 4 on rank 1 (the same bytes):
-/// the device handshake sees the other rank's fingerprint, records it and traps; the
-/// next symmwin call on each rank says which rank disagrees on the operands.
+/// The cases of `disagree`, each with the op it names: rank 1 passes other operands
+/// than rank 0 in the same bytes (or, "count", fewer elements).
+const DISAGREE_CASES: [(&str, &str); 5] = [
+    // float32 x 8 per peer against float64 x 4 (untyped, element sizes 4 and 8).
+    ("elem_size", "all_to_all"),
+    // float32 against int32 of one size.
+    ("same_size", "all_to_all"),
+    // Rows of float64 x 2 against float32 x 4.
+    ("row_dtype", "all_to_all_vdev"),
+    // float32 against int32 in broadcast.
+    ("broadcast_dtype", "broadcast"),
+    // 8 float32 elements per peer against 4.
+    ("count", "all_to_all"),
+];
+
+/// `b` for the odd rank, `a` for the others.
+fn pick<T>(odd: bool, a: T, b: T) -> T {
+    if odd {
+        b
+    } else {
+        a
+    }
+}
+
+/// `DISAGREE_CASE` as rank `rank` calls it (rank 1 is the odd one).
+fn disagree_call(
+    case: &str,
+    rank: usize,
+    world: usize,
+    input: &Window,
+    out: &Window,
+    opts: &OpOptions,
+) -> symmwin::Result<()> {
+    let len = 32 * world;
+    let odd = rank == 1;
+    let typed = |w, len, dtype| Operand::new(w, 0, len).with_dtype(dtype);
+    match case {
+        "elem_size" => symmwin::all_to_all(
+            Operand::new(input, 0, len),
+            Operand::new(out, 0, len),
+            pick(odd, 4, 8),
+            opts,
+        ),
+        "same_size" => {
+            let dtype = pick(odd, DType::FLOAT32, DType::INT32);
+            symmwin::all_to_all(typed(input, len, dtype), typed(out, len, dtype), 4, opts)
+        }
+        "row_dtype" => {
+            let dtype = pick(odd, DType::FLOAT64, DType::FLOAT32);
+            input
+                .write(rank, 4096, &i64_bytes(&vec![1; world]))
+                .unwrap();
+            symmwin::all_to_all_v(
+                Shape::Flat,
+                typed(input, 16 * world, dtype),
+                typed(out, 16 * world, dtype),
+                Operand::new(input, 4096, 8 * world).with_dtype(DType::INT64),
+                Operand::new(out, 4096, 16 * world).with_dtype(DType::INT64),
+                Rows {
+                    row_bytes: 16,
+                    in_rows: world,
+                    out_rows: world,
+                },
+                opts,
+            )
+        }
+        "broadcast_dtype" => {
+            let dtype = pick(odd, DType::FLOAT32, DType::INT32);
+            symmwin::broadcast(typed(out, 16, dtype), 0, opts)
+        }
+        "count" => {
+            let len = pick(odd, len, len / 2);
+            let f32s = DType::FLOAT32;
+            symmwin::all_to_all(typed(input, len, f32s), typed(out, len, f32s), 4, opts)
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
+
+/// Rank 1 passes other operands than rank 0 (`DISAGREE_CASE`): the device handshake
+/// sees the other rank's fingerprint, records it and traps; the next symmwin call on
+/// each rank says which rank disagrees on the operands of which op.
 fn disagree(rank: usize, world: usize) -> String {
     let engine: Engine = std::env::var("DISAGREE_ENGINE").unwrap().parse().unwrap();
+    let case = std::env::var("DISAGREE_CASE").unwrap();
+    let op = DISAGREE_CASES.iter().find(|c| c.0 == case).unwrap().1;
     let (group, provider) = join_cuda(rank, world);
     let len = 32 * world;
-    let (_a, input) = window(&group, &provider, len);
-    let (_b, out) = window(&group, &provider, len);
+    let (_a, input) = window(&group, &provider, 8192.max(len));
+    let (_b, out) = window(&group, &provider, 8192.max(len));
     let opts = OpOptions {
         engine: Some(engine),
         ..OpOptions::default()
     };
-    let elem = if rank == 0 { 4 } else { 8 };
-    let launched = symmwin::all_to_all(
-        Operand::new(&input, 0, len),
-        Operand::new(&out, 0, len),
-        elem,
-        &opts,
-    );
+    let launched = disagree_call(&case, rank, world, &input, &out, &opts);
     // The trap makes the stream's synchronization fail; the next op reads the record
     // and names the peer.
     let errors: Vec<symmwin::Error> = [
@@ -356,10 +431,8 @@ fn disagree(rank: usize, world: usize) -> String {
     .into_iter()
     .flatten()
     .collect();
-    let named = errors.iter().find(|e| {
-        e.to_string()
-            .contains("ranks disagree on the operands of all_to_all: rank ")
-    });
+    let want = format!("ranks disagree on the operands of {op}: rank ");
+    let named = errors.iter().find(|e| e.to_string().contains(&want));
     format!(
         "named={} peer={:?} errors={}",
         named.is_some(),
@@ -400,22 +473,26 @@ fn tile_reduce_sums_exactly_at_every_root_at_world_2_4_8() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ranks_that_disagree_on_the_dtype_trap_and_name_each_other_on_both_engines() {
-    for engine in ["sm", "copy_engine"] {
-        let job = Job::new("disagree");
-        let ranks = job.spawn(2, "disagree", &[("DISAGREE_ENGINE", engine.to_owned())]);
-        for (rank, out) in ranks.wait(Duration::from_secs(120)).iter().enumerate() {
-            let r = result(out);
-            assert_eq!(
-                common::field(&r, "named"),
-                "true",
-                "{engine} rank {rank}: {r}"
-            );
-            let other = 1 - rank;
-            assert_eq!(
-                common::field(&r, "peer"),
-                format!("Some({other})"),
-                "{engine} rank {rank}: {r}"
-            );
+    // Each case and engine in processes of its own: a trap loses the context.
+    for (case, _) in DISAGREE_CASES {
+        for engine in ["sm", "copy_engine"] {
+            let job = Job::new("disagree");
+            let env = [
+                ("DISAGREE_ENGINE", engine.to_owned()),
+                ("DISAGREE_CASE", case.to_owned()),
+            ];
+            let ranks = job.spawn(2, "disagree", &env);
+            for (rank, out) in ranks.wait(Duration::from_secs(120)).iter().enumerate() {
+                let r = result(out);
+                let what = format!("{case} on {engine}, rank {rank}: {r}");
+                assert_eq!(common::field(&r, "named"), "true", "{what}");
+                let other = 1 - rank;
+                assert_eq!(
+                    common::field(&r, "peer"),
+                    format!("Some({other})"),
+                    "{what}"
+                );
+            }
         }
     }
 }

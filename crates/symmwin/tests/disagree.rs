@@ -8,7 +8,7 @@ mod common;
 use common::{field, join, result, Job};
 use symmwin::{all_to_all, all_to_all_v, broadcast, tile_reduce};
 use symmwin::{Allocation, Window};
-use symmwin::{ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile};
+use symmwin::{DType, ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile};
 
 common::worker! {
     "disagree" => disagree,
@@ -17,8 +17,12 @@ common::worker! {
 /// Environment variable naming the disagreement a job runs.
 const CASE: &str = "DISAGREE_CASE";
 
-const CASES: [&str; 6] = [
+const CASES: [&str; 10] = [
     "dtype",
+    "same_size",
+    "row_dtype",
+    "broadcast_dtype",
+    "count",
     "tile_shape",
     "row_width",
     "longer_view",
@@ -53,6 +57,35 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
             if odd { 8 } else { 4 },
             &opts,
         ),
+        // float32 against int32 of one size.
+        "same_size" => {
+            let dtype = if odd { DType::INT32 } else { DType::FLOAT32 };
+            all_to_all(
+                whole(0, 32 * world).with_dtype(dtype),
+                whole(4096, 32 * world).with_dtype(dtype),
+                4,
+                &opts,
+            )
+        }
+        // Rows of float64 x 2 against float32 x 4: 16 bytes each.
+        "row_dtype" => {
+            let dtype = if odd { DType::FLOAT32 } else { DType::FLOAT64 };
+            var_rows(w, rank, world, 16, dtype)
+        }
+        "broadcast_dtype" => {
+            let dtype = if odd { DType::INT32 } else { DType::FLOAT32 };
+            broadcast(whole(0, 16).with_dtype(dtype), 0usize, &opts)
+        }
+        // 4 float32 elements per peer against 8.
+        "count" => {
+            let len = if odd { 16 } else { 32 } * world;
+            all_to_all(
+                whole(0, len).with_dtype(DType::FLOAT32),
+                whole(4096, len).with_dtype(DType::FLOAT32),
+                4,
+                &opts,
+            )
+        }
         "tile_shape" => {
             let side = if odd { 4 } else { 2 };
             let t = tile(side);
@@ -66,24 +99,13 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
                 &opts,
             )
         }
-        "row_width" => {
-            let row_bytes = if odd { 24 } else { 12 };
-            let ones: Vec<u8> = (0..world).flat_map(|_| 1i64.to_ne_bytes()).collect();
-            w.write(rank, 8192, &ones).unwrap();
-            all_to_all_v(
-                Shape::Flat,
-                whole(0, world * row_bytes),
-                whole(4096, world * row_bytes),
-                whole(8192, world * 8),
-                whole(12288, 2 * world * 8),
-                Rows {
-                    row_bytes,
-                    in_rows: world,
-                    out_rows: world,
-                },
-                &opts,
-            )
-        }
+        "row_width" => var_rows(
+            w,
+            rank,
+            world,
+            if odd { 24 } else { 12 },
+            DType::UNSPECIFIED,
+        ),
         // A non-root view longer than the root's.
         "longer_view" => broadcast(whole(0, if odd { 64 } else { 16 }), 0usize, &opts),
         "broadcast_root" => broadcast(whole(0, 16), if odd { rank } else { 0 }, &opts),
@@ -100,6 +122,32 @@ fn call(w: &Window, case: &str, rank: usize, world: usize, odd: bool) -> symmwin
         }
         other => panic!("unknown case {other}"),
     }
+}
+
+/// `all_to_all_vdev` of one row of `row_bytes` bytes of `dtype` to every peer.
+fn var_rows(
+    w: &Window,
+    rank: usize,
+    world: usize,
+    row_bytes: usize,
+    dtype: DType,
+) -> symmwin::Result<()> {
+    let whole = |at, len| Operand::new(w, at, len);
+    let ones: Vec<u8> = (0..world).flat_map(|_| 1i64.to_ne_bytes()).collect();
+    w.write(rank, 8192, &ones).unwrap();
+    all_to_all_v(
+        Shape::Flat,
+        whole(0, world * row_bytes).with_dtype(dtype),
+        whole(4096, world * row_bytes).with_dtype(dtype),
+        whole(8192, world * 8).with_dtype(DType::INT64),
+        whole(12288, 2 * world * 8).with_dtype(DType::INT64),
+        Rows {
+            row_bytes,
+            in_rows: world,
+            out_rows: world,
+        },
+        &OpOptions::default(),
+    )
 }
 
 /// Run the case once with the odd rank out, then once all alike (the group must still
@@ -151,12 +199,12 @@ fn check_case(case: &str, world: usize) {
             vec![odd_rank]
         };
         assert_eq!(field(&r, "peer"), format!("Some({})", differ[0]), "{what}");
+        let named = 1 + differ.len();
         for d in differ {
-            assert!(
-                message.contains(&format!("rank_{d}_has_fingerprint_0x")),
-                "{what}"
-            );
+            assert!(message.contains(&format!("rank_{d}_has_")), "{what}");
         }
+        assert_eq!(message.matches("fingerprint_0x").count(), named, "{what}");
+        assert!(!message.contains("_1_elements"), "{what}");
     }
 }
 
@@ -174,24 +222,58 @@ fn ranks_that_disagree_on_operands_fail_naming_each_other_at_world_3() {
     }
 }
 
+/// What rank 0 and rank 1 (the odd one) pass in a case at world 2, as the message
+/// words it.
+const SAID: [(&str, &str, &str); 5] = [
+    (
+        "dtype",
+        "8 elements of 4 bytes per peer",
+        "4 elements of 8 bytes per peer",
+    ),
+    (
+        "same_size",
+        "8 float32 elements per peer",
+        "8 int32 elements per peer",
+    ),
+    (
+        "row_dtype",
+        "rows of 16 bytes (2 float64 elements)",
+        "rows of 16 bytes (4 float32 elements)",
+    ),
+    (
+        "broadcast_dtype",
+        "4 float32 elements from root 0",
+        "4 int32 elements from root 0",
+    ),
+    (
+        "count",
+        "8 float32 elements per peer",
+        "4 float32 elements per peer",
+    ),
+];
+
 #[test]
-fn the_message_says_what_this_rank_passed() {
-    let job = Job::new("disagree");
-    let outs = job.run(2, "disagree", &[(CASE, "dtype".to_owned())]);
-    let texts: Vec<String> = outs
-        .iter()
-        .map(|o| field(&result(o), "message").replace('_', " "))
-        .collect();
-    assert!(
-        texts[0].contains("rank 0 (this rank) has 8 elements of 4 bytes per peer"),
-        "{}",
-        texts[0]
-    );
-    assert!(
-        texts[1].contains("rank 1 (this rank) has 4 elements of 8 bytes per peer"),
-        "{}",
-        texts[1]
-    );
+fn the_message_says_what_this_rank_and_the_other_passed() {
+    for (case, zero, one) in SAID {
+        let job = Job::new("disagree");
+        let outs = job.run(2, "disagree", &[(CASE, case.to_owned())]);
+        let texts: Vec<String> = outs
+            .iter()
+            .map(|o| field(&result(o), "message").replace('_', " "))
+            .collect();
+        for (rank, (mine, theirs)) in [(zero, one), (one, zero)].into_iter().enumerate() {
+            let text = &texts[rank];
+            let peer = 1 - rank;
+            assert!(
+                text.contains(&format!("rank {rank} (this rank) has {mine}")),
+                "{case}: {text}"
+            );
+            assert!(
+                text.contains(&format!("rank {peer} has {theirs}")),
+                "{case}: {text}"
+            );
+        }
+    }
 }
 
 /// On a group that spans hosts the ranks of one host compare their fingerprints
@@ -224,7 +306,11 @@ fn the_ranks_of_one_host_compare_on_a_group_that_spans_hosts() {
                 assert_eq!(*peer, Some(1 - rank), "{text}");
                 assert!(
                     text.contains("ranks disagree on the operands of broadcast")
-                        && text.contains(&format!("rank {} has fingerprint", 1 - rank)),
+                        && text.contains(&format!(
+                            "rank {} has {} bytes from root 0",
+                            1 - rank,
+                            if rank == 0 { 64 } else { 16 }
+                        )),
                     "{text}"
                 );
             }

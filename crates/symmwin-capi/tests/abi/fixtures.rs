@@ -178,6 +178,7 @@ pub(crate) fn whole(window: *const SymmwinWindow, len: usize) -> SymmwinOperand 
         offset: 0,
         len,
         in_pads: 0,
+        dtype: 0,
     }
 }
 

@@ -20,7 +20,9 @@ mod rank;
 mod spanning;
 
 pub use crate::provider::device_ops::plan;
-pub use crate::provider::device_ops::{DeviceOps, ElemType, Engine, ReduceOp, Rows, Tile};
+pub use crate::provider::device_ops::{
+    DType, DeviceOps, ElemType, Elements, Engine, ReduceOp, Rows, Tile,
+};
 pub use collective::{OpOptions, Operand};
 pub use rank::Rank;
 

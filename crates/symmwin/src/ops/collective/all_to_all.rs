@@ -17,6 +17,13 @@ pub fn all_to_all(input: Operand, out: Operand, elem_size: usize, opts: &OpOptio
                 input.len, out.len
             )));
         }
+        same_dtype("all_to_all", ("input", &input), ("out", &out))?;
+        if let Some(size) = input.dtype.size().filter(|&size| size != elem_size) {
+            return Err(Error::invalid(format!(
+                "all_to_all: elements of {elem_size} bytes, but {} elements are {size} bytes",
+                input.dtype
+            )));
+        }
         let per_peer = equal_chunk(input.len, elem_size, world)?;
         let (i, o) = (input.symm("input")?, out.symm("out")?);
         refuse_overlap("all_to_all", ("out", &o), ("input", &i))?;
@@ -28,8 +35,12 @@ pub fn all_to_all(input: Operand, out: Operand, elem_size: usize, opts: &OpOptio
         out: &o,
         chunk: per_peer,
     };
+    let elems = Elements {
+        dtype: input.dtype,
+        size: elem_size,
+    };
     // SAFETY: both operands were checked to lie in their live windows of one group.
-    unsafe { execute_elems(w, Reach::Everyone, opts, &op, elem_size) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, elems) }
 }
 
 /// Bytes each rank sends each peer in an equal-split all-to-all of `len` bytes of
@@ -67,7 +78,7 @@ pub fn all_to_all_v(
     let op = OpRequest::AllToAllV { shape, args: &args };
     // SAFETY: var_args checked every operand against its window, the table lengths
     // against the world size and the row counts against the operands.
-    unsafe { execute(w, Reach::Everyone, opts, &op) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, Elements::of(input.dtype)) }
 }
 
 fn var_args(
@@ -85,6 +96,14 @@ fn var_args(
         (&out_splits_offsets, "out_splits_offsets"),
     ] {
         same_group(w, op.window, what)?;
+    }
+    let name = crate::provider::device_ops::var_name(shape);
+    same_dtype(name, ("input", &input), ("out", &out))?;
+    if let Some(size) = input.dtype.size().filter(|&s| rows.row_bytes % s != 0) {
+        return Err(Error::invalid(format!(
+            "{name}: rows of {} bytes are not a whole number of {} elements ({size} bytes)",
+            rows.row_bytes, input.dtype
+        )));
     }
     if let Shape::Dispatch { major_align: 0 } = shape {
         return Err(Error::invalid("major_align must be positive"));

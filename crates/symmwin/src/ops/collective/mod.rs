@@ -26,7 +26,7 @@ use super::rank::Rank;
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
 use crate::provider::device_ops::plan::{in_table_len, Shape};
-use crate::provider::device_ops::{Fingerprint, OpRequest};
+use crate::provider::device_ops::{DType, Elements, Fingerprint, OpRequest};
 use crate::provider::device_ops::{
     OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, TileReduce, Transfer, VarArgs,
 };
@@ -44,6 +44,9 @@ pub struct Operand<'a> {
     /// The operand lives in the window's signal pads rather than in its memory (a
     /// signal word from `get_signal_pad`).
     pub in_pads: bool,
+    /// What its elements are (part of a collective's fingerprint: ranks that pass
+    /// another dtype fail); [`DType::UNSPECIFIED`] for bytes.
+    pub dtype: DType,
 }
 
 impl<'a> Operand<'a> {
@@ -54,7 +57,13 @@ impl<'a> Operand<'a> {
             offset,
             len,
             in_pads: false,
+            dtype: DType::UNSPECIFIED,
         }
+    }
+
+    /// The same operand, holding elements of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        Operand { dtype, ..self }
     }
 }
 
@@ -121,12 +130,12 @@ fn context(
     window: &Window,
     opts: &OpOptions,
     op: &OpRequest,
-    elem_size: usize,
+    elems: Elements,
 ) -> Result<OpContext> {
     let pads = window.pads()?;
     let engine = Engine::resolve(opts.engine)?;
     Ok(OpContext {
-        fingerprint: Fingerprint::of(op, engine, elem_size),
+        fingerprint: Fingerprint::of(op, engine, elems),
         rank: window.rank(),
         world: window.world(),
         channel: ops_channel(&pads)?,
@@ -175,11 +184,11 @@ fn require_mapped(window: &Window, reach: Reach) -> Result<()> {
 /// carries is as [`super::DeviceOps::execute`] requires).
 unsafe fn execute(window: &Window, reach: Reach, opts: &OpOptions, op: &OpRequest) -> Result<()> {
     // SAFETY: a propagation of the caller's assertion.
-    unsafe { execute_elems(window, reach, opts, op, 1) }
+    unsafe { execute_elems(window, reach, opts, op, Elements::BYTES) }
 }
 
-/// [`execute`] of an op whose caller named an element size (part of the op's
-/// operand fingerprint, see `provider::device_ops::fingerprint`).
+/// [`execute`] of an op on operands that hold `elems` (part of the op's operand
+/// fingerprint, see `provider::device_ops::fingerprint`).
 ///
 /// # Safety
 /// As [`execute`].
@@ -188,11 +197,11 @@ unsafe fn execute_elems(
     reach: Reach,
     opts: &OpOptions,
     op: &OpRequest,
-    elem_size: usize,
+    elems: Elements,
 ) -> Result<()> {
     let go = || {
         require_mapped(window, reach)?;
-        let ctx = context(window, opts, op, elem_size)?;
+        let ctx = context(window, opts, op, elems)?;
         if window.all_mapped() {
             // SAFETY: a propagation of the caller's assertion.
             return unsafe { window.provider().ops().execute(&ctx, op) };
@@ -228,7 +237,19 @@ pub fn broadcast(buf: Operand, root: impl Into<Rank>, opts: &OpOptions) -> Resul
         root,
     };
     // SAFETY: the operand was checked to lie in its live window.
-    unsafe { execute(w, Reach::Everyone, opts, &op) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, Elements::of(buf.dtype)) }
+}
+
+/// The elements of an op whose operands must all hold one dtype: refused when
+/// `other` holds another one than `first` (each named as the op calls it).
+fn same_dtype(op: &str, first: (&str, &Operand), other: (&str, &Operand)) -> Result<()> {
+    if first.1.dtype == other.1.dtype {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{op}: {} is {} but {} is {}: they must hold one dtype",
+        first.0, first.1.dtype, other.0, other.1.dtype
+    )))
 }
 
 /// Refuse an op whose `written` operand shares bytes with `other` on this rank: a

@@ -61,8 +61,12 @@ pub fn tile_reduce<R: Copy + Into<Rank>>(
         tile: &tile,
         op,
     });
+    let elems = Elements {
+        dtype: out.dtype,
+        size: tile.elem.size(),
+    };
     // SAFETY: every tile was checked to lie in its live window with the tile's extent.
-    unsafe { execute(w, Reach::Everyone, opts, &op) }
+    unsafe { execute_elems(w, Reach::Everyone, opts, &op, elems) }
 }
 
 fn check_tile(tile: &Tile) -> Result<()> {

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::layout::{FlatLayout, TileRows};
 use crate::provider::{PadLayout, SignalAt, StreamHandle};
 
+use super::dtype::DType;
 use super::Engine;
 
 /// One operand on every rank: rank `r`'s copy starts at `layout.slot(r) + offset`.
@@ -189,27 +190,62 @@ impl Tile {
 /// The signal word of an op with nothing to compare (torch's pad protocol constant).
 pub const PLAIN_SIGNAL: u32 = 1;
 
+/// What an op's operands hold: their dtype and the bytes per element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elements {
+    /// The dtype the caller named ([`DType::UNSPECIFIED`] when it named none).
+    pub dtype: DType,
+    /// Bytes per element (1 for untyped bytes).
+    pub size: usize,
+}
+
+impl Elements {
+    /// Untyped bytes.
+    pub const BYTES: Elements = Elements {
+        dtype: DType::UNSPECIFIED,
+        size: 1,
+    };
+
+    /// Elements of `dtype`, of its size where symmwin knows it (else bytes).
+    pub fn of(dtype: DType) -> Elements {
+        Elements {
+            dtype,
+            size: dtype.size().unwrap_or(1),
+        }
+    }
+
+    /// "1 float32 element", "8 int32 elements", "4 elements of 8 bytes" (untyped).
+    pub fn count(self, n: usize) -> String {
+        let plural = if n == 1 { "" } else { "s" };
+        if self.dtype == DType::UNSPECIFIED {
+            format!("{n} element{plural} of {} bytes", self.size)
+        } else {
+            format!("{n} {} element{plural}", self.dtype)
+        }
+    }
+}
+
 /// The fingerprint of one rank's call of one op (computed and compared as NOTE [operand fingerprint]
 /// in `fingerprint.rs` says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
     /// The 64-bit hash; 0 for a one-sided op.
     value: u64,
-    /// Bytes per element the caller named (1 where the op takes bytes), for messages.
-    elem_size: usize,
+    /// What the caller's operands hold, for messages.
+    elems: Elements,
 }
 
 impl Fingerprint {
-    /// A fingerprint of `value` (0: nothing to compare) for a call that named
-    /// `elem_size`-byte elements.
-    pub(crate) const fn new(value: u64, elem_size: usize) -> Fingerprint {
-        Fingerprint { value, elem_size }
+    /// A fingerprint of `value` (0: nothing to compare) for a call whose operands hold
+    /// `elems`.
+    pub(crate) const fn new(value: u64, elems: Elements) -> Fingerprint {
+        Fingerprint { value, elems }
     }
 
     /// The fingerprint of an op with nothing to compare (tests, one-sided ops).
     pub const NONE: Fingerprint = Fingerprint {
         value: 0,
-        elem_size: 1,
+        elems: Elements::BYTES,
     };
 
     /// The 64-bit value.
@@ -232,9 +268,9 @@ impl Fingerprint {
         }
     }
 
-    /// Bytes per element the caller named, for messages.
-    pub fn elem_size(self) -> usize {
-        self.elem_size
+    /// What the caller's operands hold, for messages.
+    pub fn elems(self) -> Elements {
+        self.elems
     }
 }
 

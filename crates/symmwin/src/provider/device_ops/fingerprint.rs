@@ -5,22 +5,29 @@
 //!
 //! NOTE [operand fingerprint]
 //! The fingerprint covers what every rank must pass alike: the op, the engine, the
-//! element size, and per op the bytes per peer (`all_to_all`), the row width, experts
-//! per rank and alignment (the `all_to_all_vdev` family), the length and the root
-//! (`broadcast`), the tile's rows, columns, row stride, dtype, reduction and roots
-//! (tile reduce). It leaves out what may differ: addresses and offsets, row counts
-//! and split tables (each rank has its own; the split checks cover those).
-//! Providers carry its 32-bit [`Fingerprint::word`] in the signal they already send
-//! at the op's entry (the device handshake sends it instead of torch's constant 1;
-//! the host ops publish it in their own pad next to the barrier words) and each
-//! receiver compares it with its own. One-sided ops have no fingerprint: their word
-//! is torch's constant 1.
+//! element size and the dtype (NOTE [dtype code] in `dtype.rs`), and per op the bytes
+//! per peer (`all_to_all`: with the element size, the element count per peer), the
+//! row width in bytes, experts per rank and alignment (the `all_to_all_vdev`
+//! family), the length in bytes and the root (`broadcast`), the tile's rows,
+//! columns, row stride, element type and roots (tile reduce). It leaves out what may
+//! differ: addresses and offsets, row counts and split tables (each rank has its own;
+//! the split checks cover those). Providers carry its 32-bit [`Fingerprint::word`] in
+//! the signal they already send at the op's entry (the device handshake sends it
+//! instead of torch's constant 1; the host ops publish it in their own pad next to
+//! the barrier words) and each receiver compares it with its own. One-sided ops have
+//! no fingerprint: their word is torch's constant 1.
+//!
+//! A receiver that sees another word says what the peer passed where it can: it
+//! recomputes the word for its own operands with one thing changed (another known
+//! dtype in the same bytes, another element count, another engine or root) and
+//! names the variant that matches; else it gives the peer's word.
 
 use std::fmt;
 
 use crate::error::{Error, ErrorKind, Phase};
 
-use super::args::{ElemType, Fingerprint, PLAIN_SIGNAL};
+use super::args::{ElemType, Elements, Fingerprint, PLAIN_SIGNAL};
+use super::dtype::DType;
 use super::plan::Shape;
 use super::request::OpRequest;
 use super::Engine;
@@ -62,81 +69,207 @@ fn shape_words(shape: Shape) -> [u64; 2] {
     }
 }
 
-impl Fingerprint {
-    /// The fingerprint of `op` as this rank calls it with `engine`; `elem_size` is the
-    /// element size the caller named (`all_to_all`), 1 for ops that take bytes.
-    pub fn of(op: &OpRequest, engine: Engine, elem_size: usize) -> Fingerprint {
-        let head = [engine_code(engine), elem_size as u64];
-        let value = match *op {
-            OpRequest::AllToAll { chunk, .. } => fnv1a(&[4, head[0], head[1], chunk as u64]),
-            OpRequest::AllToAllV { shape, args } => {
-                let [kind, align] = shape_words(shape);
-                fnv1a(&[
-                    5,
-                    head[0],
-                    head[1],
-                    kind,
-                    align,
-                    args.rows.row_bytes as u64,
-                    args.experts_per_rank as u64,
-                ])
-            }
-            OpRequest::Broadcast { len, root, .. } => {
-                fnv1a(&[8, head[0], head[1], len as u64, root as u64])
-            }
-            OpRequest::TileReduce(r) => {
-                let t = r.tile;
-                let mut words = vec![
-                    10,
-                    head[0],
-                    head[1],
-                    t.rows as u64,
-                    t.cols as u64,
-                    t.row_stride as u64,
-                    elem_code(t.elem),
-                    r.roots.len() as u64,
-                ];
-                words.extend(r.roots.iter().map(|&root| root as u64));
-                fnv1a(&words)
-            }
+/// The compared operands of one call, without its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Compared {
+    AllToAll {
+        chunk: usize,
+    },
+    AllToAllV {
+        shape: Shape,
+        row_bytes: usize,
+        experts: usize,
+    },
+    Broadcast {
+        len: usize,
+        root: usize,
+    },
+    Tile {
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        elem: ElemType,
+        roots: Vec<usize>,
+    },
+    OneSided,
+}
+
+impl Compared {
+    fn of(op: &OpRequest) -> Compared {
+        match *op {
+            OpRequest::AllToAll { chunk, .. } => Compared::AllToAll { chunk },
+            OpRequest::AllToAllV { shape, args } => Compared::AllToAllV {
+                shape,
+                row_bytes: args.rows.row_bytes,
+                experts: args.experts_per_rank,
+            },
+            OpRequest::Broadcast { len, root, .. } => Compared::Broadcast { len, root },
+            OpRequest::TileReduce(r) => Compared::Tile {
+                rows: r.tile.rows,
+                cols: r.tile.cols,
+                row_stride: r.tile.row_stride,
+                elem: r.tile.elem,
+                roots: r.roots.to_vec(),
+            },
             OpRequest::Put(_)
             | OpRequest::Get(_)
             | OpRequest::PutWithSignal { .. }
-            | OpRequest::PutSignal { .. } => 0,
-        };
-        Fingerprint::new(value, elem_size)
+            | OpRequest::PutSignal { .. } => Compared::OneSided,
+        }
     }
 
-    /// What this rank passed, in words, for an error: "8 elements of 4 bytes per
-    /// peer, engine auto".
-    pub fn describe(self, op: &OpRequest, engine: Engine) -> String {
-        let what = match *op {
-            OpRequest::AllToAll { chunk, .. } => format!(
-                "{} elements of {} bytes per peer",
-                chunk / self.elem_size().max(1),
-                self.elem_size()
-            ),
-            OpRequest::AllToAllV { shape, args } => {
+    fn value(&self, engine: Engine, elems: Elements) -> u64 {
+        let head = [engine_code(engine), elems.size as u64, elems.dtype.code()];
+        let mut words: Vec<u64> = match self {
+            Compared::AllToAll { chunk } => vec![4, *chunk as u64],
+            Compared::AllToAllV {
+                shape,
+                row_bytes,
+                experts,
+            } => {
+                let [kind, align] = shape_words(*shape);
+                vec![5, kind, align, *row_bytes as u64, *experts as u64]
+            }
+            Compared::Broadcast { len, root } => vec![8, *len as u64, *root as u64],
+            Compared::Tile {
+                rows,
+                cols,
+                row_stride,
+                elem,
+                roots,
+            } => {
+                let mut w = vec![
+                    10,
+                    *rows as u64,
+                    *cols as u64,
+                    *row_stride as u64,
+                    elem_code(*elem),
+                    roots.len() as u64,
+                ];
+                w.extend(roots.iter().map(|&root| root as u64));
+                w
+            }
+            Compared::OneSided => return 0,
+        };
+        words.splice(1..1, head);
+        fnv1a(&words)
+    }
+
+    fn describe(&self, engine: Engine, elems: Elements) -> String {
+        let size = elems.size.max(1);
+        let what = match self {
+            Compared::AllToAll { chunk } => {
+                format!("{} per peer", elems.count(chunk / size))
+            }
+            Compared::AllToAllV {
+                shape,
+                row_bytes,
+                experts,
+            } => {
                 let align = match shape {
                     Shape::Dispatch { major_align } => format!(", major_align {major_align}"),
                     _ => String::new(),
                 };
-                format!(
-                    "rows of {} bytes, {} experts per rank{align}",
-                    args.rows.row_bytes, args.experts_per_rank
-                )
+                let typed = match elems.dtype {
+                    DType::UNSPECIFIED => String::new(),
+                    _ => format!(" ({})", elems.count(row_bytes / size)),
+                };
+                format!("rows of {row_bytes} bytes{typed}, {experts} experts per rank{align}")
             }
-            OpRequest::Broadcast { len, root, .. } => format!("{len} bytes from root {root}"),
-            OpRequest::TileReduce(r) => format!(
-                "{}x{} tiles of {:?} (row stride {}), roots {:?}",
-                r.tile.rows, r.tile.cols, r.tile.elem, r.tile.row_stride, r.roots
+            Compared::Broadcast { len, root } => match elems.dtype {
+                DType::UNSPECIFIED => format!("{len} bytes from root {root}"),
+                _ => format!("{} from root {root}", elems.count(len / size)),
+            },
+            Compared::Tile {
+                rows,
+                cols,
+                row_stride,
+                elem,
+                roots,
+            } => format!(
+                "{rows}x{cols} tiles of {elem:?} (row stride {row_stride}), roots {roots:?}"
             ),
-            _ => "a one-sided op".to_owned(),
+            Compared::OneSided => "a one-sided op".to_owned(),
         };
-        format!(
-            "{what}, engine {engine} (fingerprint {:#010x})",
-            self.word()
-        )
+        format!("{what}, engine {engine}")
+    }
+
+    /// Its element count field as bytes, where it has one, for count variants.
+    fn with_bytes(&self, bytes: usize) -> Option<Compared> {
+        match self {
+            Compared::AllToAll { .. } => Some(Compared::AllToAll { chunk: bytes }),
+            Compared::AllToAllV { shape, experts, .. } => Some(Compared::AllToAllV {
+                shape: *shape,
+                row_bytes: bytes,
+                experts: *experts,
+            }),
+            Compared::Broadcast { root, .. } => Some(Compared::Broadcast {
+                len: bytes,
+                root: *root,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The element counts a receiver tries when it explains a peer's word.
+const COUNTS_TRIED: usize = 1 << 14;
+/// The roots a receiver tries when it explains a peer's `broadcast` word.
+const ROOTS_TRIED: usize = 1024;
+/// The element sizes tried for untyped operands.
+const UNTYPED_SIZES: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// What a peer whose fingerprint word is `word` passed, if it differs from `mine` in
+/// one thing only: another known dtype in the same bytes, another element count,
+/// another engine or another root.
+fn explain(mine: &Compared, engine: Engine, elems: Elements, word: u32) -> Option<String> {
+    let matches = |c: &Compared, e: Engine, el: Elements| {
+        (Fingerprint::new(c.value(e, el), el).word() == word).then(|| c.describe(e, el))
+    };
+    let typed = DType::all_known().map(Elements::of);
+    let untyped = UNTYPED_SIZES.iter().map(|&size| Elements {
+        dtype: DType::UNSPECIFIED,
+        size,
+    });
+    if let Some(found) = typed
+        .chain(untyped)
+        .filter(|el| *el != elems)
+        .find_map(|el| matches(mine, engine, el))
+    {
+        return Some(found);
+    }
+    let engines = [Engine::Auto, Engine::Sm, Engine::CopyEngine];
+    if let Some(found) = engines
+        .into_iter()
+        .filter(|&e| e != engine)
+        .find_map(|e| matches(mine, e, elems))
+    {
+        return Some(found);
+    }
+    if let Compared::Broadcast { len, .. } = *mine {
+        let root = (0..ROOTS_TRIED)
+            .find_map(|root| matches(&Compared::Broadcast { len, root }, engine, elems));
+        if root.is_some() {
+            return root;
+        }
+    }
+    (0..COUNTS_TRIED).find_map(|n| {
+        let other = mine.with_bytes(n * elems.size.max(1))?;
+        matches(&other, engine, elems)
+    })
+}
+
+impl Fingerprint {
+    /// The fingerprint of `op` as this rank calls it with `engine`, on operands that
+    /// hold `elems`.
+    pub fn of(op: &OpRequest, engine: Engine, elems: Elements) -> Fingerprint {
+        Fingerprint::new(Compared::of(op).value(engine, elems), elems)
+    }
+
+    /// What this rank passed, in words, for an error: "8 float32 elements per peer,
+    /// engine auto".
+    pub fn describe(self, op: &OpRequest, engine: Engine) -> String {
+        Compared::of(op).describe(engine, self.elems())
     }
 }
 
@@ -164,8 +297,9 @@ impl fmt::Display for Disagreement {
     }
 }
 
-/// The error every rank that sees a disagreement raises: names the op, this rank's
-/// operands and the ranks that differ.
+/// The error every rank that sees a disagreement raises: names the op (once), this
+/// rank's operands and, for each rank that differs, what it passed where that can be
+/// told (see [`explain`]) or its word.
 pub fn mismatch_error(
     op: &OpRequest,
     mine: Fingerprint,
@@ -173,11 +307,29 @@ pub fn mismatch_error(
     rank: usize,
     seen: &Disagreement,
 ) -> Error {
-    let ranks: Vec<usize> = seen.differ.iter().map(|&(r, _)| r).collect();
+    let compared = Compared::of(op);
+    let theirs: Vec<String> = seen
+        .differ
+        .iter()
+        .map(|&(peer, word)| {
+            if word == PLAIN_SIGNAL {
+                return format!("rank {peer} runs another op (a plain signal)");
+            }
+            match explain(&compared, engine, mine.elems(), word) {
+                Some(what) => format!("rank {peer} has {what} (fingerprint {word:#010x})"),
+                None => format!(
+                    "rank {peer} has fingerprint {word:#010x} (operands that differ in more \
+                     than one of dtype, element count, root and engine, or another op)"
+                ),
+            }
+        })
+        .collect();
     let detail = format!(
-        "rank {rank} (this rank) has {}; {seen}. Every rank must pass the same dtype, shape, \
-         root and engine to a collective op",
-        mine.describe(op, engine)
+        "rank {rank} (this rank) has {} (fingerprint {:#010x}); {}. Every rank must pass \
+         the same dtype, element count, root and engine",
+        mine.describe(op, engine),
+        mine.word(),
+        theirs.join(", ")
     );
     let err = Error::new(
         Phase::Argument,
@@ -187,8 +339,8 @@ pub fn mismatch_error(
         },
     )
     .at_rank(rank);
-    match ranks.first() {
-        Some(&peer) => err.with_peer(peer),
+    match seen.differ.first() {
+        Some(&(peer, _)) => err.with_peer(peer),
         None => err,
     }
 }
@@ -222,6 +374,13 @@ mod tests {
         }
     }
 
+    fn untyped(size: usize) -> Elements {
+        Elements {
+            dtype: DType::UNSPECIFIED,
+            size,
+        }
+    }
+
     fn a2a(chunk: usize, elem: usize, engine: Engine) -> Fingerprint {
         let (i, o) = (buf(chunk * 4), buf(chunk * 4));
         let op = OpRequest::AllToAll {
@@ -229,7 +388,7 @@ mod tests {
             out: &o,
             chunk,
         };
-        Fingerprint::of(&op, engine, elem)
+        Fingerprint::of(&op, engine, untyped(elem))
     }
 
     #[test]
@@ -252,7 +411,7 @@ mod tests {
             out: &o,
             chunk: 32,
         };
-        assert_eq!(Fingerprint::of(&elsewhere, Engine::Auto, 4), base);
+        assert_eq!(Fingerprint::of(&elsewhere, Engine::Auto, untyped(4)), base);
     }
 
     #[test]
@@ -262,7 +421,7 @@ mod tests {
             Fingerprint::of(
                 &OpRequest::Broadcast { buf: &b, len, root },
                 Engine::Auto,
-                1,
+                Elements::BYTES,
             )
         };
         assert_eq!(of(64, 0), of(64, 0));
@@ -288,7 +447,7 @@ mod tests {
             Fingerprint::of(
                 &OpRequest::AllToAllV { shape, args: &args },
                 Engine::Auto,
-                1,
+                Elements::BYTES,
             )
         };
         assert_eq!(of(16, 3, Shape::Flat), of(16, 9, Shape::Flat));
@@ -320,7 +479,7 @@ mod tests {
                 tile: &tile,
                 op: ReduceOp::Sum,
             });
-            Fingerprint::of(&op, Engine::Auto, 1).word()
+            Fingerprint::of(&op, Engine::Auto, Elements::BYTES).word()
         };
         let base = of(2, 2, ElemType::F32, &[0]);
         assert_eq!(base, of(2, 2, ElemType::F32, &[0]));
@@ -350,17 +509,75 @@ mod tests {
             out: &o,
             chunk: 16,
         };
-        let mine = Fingerprint::of(&op, Engine::Auto, 4);
+        let mine = Fingerprint::of(&op, Engine::Auto, untyped(4));
         let seen = Disagreement {
             differ: vec![(1, 0xdead_beef), (2, PLAIN_SIGNAL)],
         };
         let e = mismatch_error(&op, mine, Engine::Auto, 0, &seen);
         assert_eq!((e.rank(), e.peer()), (Some(0), Some(1)));
         let text = e.to_string();
-        assert!(text.contains("ranks disagree on the operands of all_to_all: rank 0 (this rank) has 4 elements of 4 bytes per peer, engine"), "{text}");
         assert!(
-            text.contains("rank 1 has fingerprint 0xdeadbeef, rank 2 runs another op"),
+            text.contains(
+                "ranks disagree on the operands of all_to_all: rank 0 (this rank) has 4 \
+                 elements of 4 bytes per peer, engine"
+            ),
             "{text}"
         );
+        assert!(
+            text.contains("rank 1 has fingerprint 0xdeadbeef (operands that differ"),
+            "{text}"
+        );
+        assert!(text.contains("rank 2 runs another op"), "{text}");
+        assert_eq!(text.matches("all_to_all").count(), 1, "{text}");
+    }
+
+    fn typed_a2a(chunk: usize, dtype: DType) -> (OpRequest<'static>, Fingerprint) {
+        let bufs: &'static [SymmBuf; 2] = Box::leak(Box::new([buf(chunk * 4), buf(chunk * 4)]));
+        let op = OpRequest::AllToAll {
+            input: &bufs[0],
+            out: &bufs[1],
+            chunk,
+        };
+        let fp = Fingerprint::of(&op, Engine::Auto, Elements::of(dtype));
+        (op, fp)
+    }
+
+    fn error_of(mine: (OpRequest, Fingerprint), theirs: Fingerprint) -> String {
+        let seen = Disagreement {
+            differ: vec![(1, theirs.word())],
+        };
+        mismatch_error(&mine.0, mine.1, Engine::Auto, 0, &seen).to_string()
+    }
+
+    #[test]
+    fn dtypes_of_one_size_differ() {
+        let (_, f32s) = typed_a2a(32, DType::FLOAT32);
+        let (_, i32s) = typed_a2a(32, DType::INT32);
+        assert_ne!(f32s.word(), i32s.word());
+        let unknown = |name| typed_a2a(32, DType::named(name)).1.word();
+        assert_ne!(unknown("float6_e3m2"), unknown("float6_e2m3"));
+    }
+
+    #[test]
+    fn the_error_names_the_peers_dtype_or_count() {
+        let text = error_of(typed_a2a(32, DType::FLOAT32), typed_a2a(32, DType::INT32).1);
+        assert!(
+            text.contains("rank 0 (this rank) has 8 float32 elements per peer"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank 1 has 8 int32 elements per peer"),
+            "{text}"
+        );
+        let text = error_of(typed_a2a(4, DType::FLOAT32), typed_a2a(8, DType::FLOAT32).1);
+        assert!(
+            text.contains("rank 0 (this rank) has 1 float32 element per peer"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank 1 has 2 float32 elements per peer"),
+            "{text}"
+        );
+        assert!(!text.contains("1 elements"), "{text}");
     }
 }

@@ -21,6 +21,7 @@
 //! or at the next [`DeviceOps::check_errors`] / synchronization (device).
 
 mod args;
+pub mod dtype;
 pub(crate) mod elem;
 pub(crate) mod fingerprint;
 pub mod plan;
@@ -28,9 +29,10 @@ mod request;
 
 pub use crate::engine::Engine;
 pub use args::{
-    ElemType, Fingerprint, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs,
+    ElemType, Elements, Fingerprint, OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, VarArgs,
 };
-pub use request::{OpRequest, TileReduce, Transfer};
+pub use dtype::DType;
+pub use request::{var_name, OpRequest, TileReduce, Transfer};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 

@@ -117,11 +117,7 @@ impl OpRequest<'_> {
     pub fn name(&self) -> &'static str {
         match self {
             OpRequest::AllToAll { .. } => "all_to_all",
-            OpRequest::AllToAllV { shape, .. } => match shape {
-                Shape::Flat => "all_to_all_vdev",
-                Shape::Dispatch { .. } => "all_to_all_vdev_2d",
-                Shape::Combine => "all_to_all_vdev_2d_offset",
-            },
+            OpRequest::AllToAllV { shape, .. } => var_name(*shape),
             OpRequest::Broadcast { .. } => "broadcast",
             OpRequest::Put(_) => "put",
             OpRequest::Get(_) => "get",
@@ -130,5 +126,14 @@ impl OpRequest<'_> {
             OpRequest::TileReduce(r) if r.ins.len() > 1 => "multi_root_tile_reduce",
             OpRequest::TileReduce(_) => "tile_reduce",
         }
+    }
+}
+
+/// torch's name of the member `shape` of the all-to-all-v family.
+pub fn var_name(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Flat => "all_to_all_vdev",
+        Shape::Dispatch { .. } => "all_to_all_vdev_2d",
+        Shape::Combine => "all_to_all_vdev_2d_offset",
     }
 }

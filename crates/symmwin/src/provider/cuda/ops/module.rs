@@ -184,8 +184,8 @@ fn describe(fields: &OpsError, peer: usize) -> Error {
                 field: crate::provider::device_ops::fingerprint::operands_of(op),
                 detail: format!(
                     "rank {peer} has fingerprint {:#010x}, rank {} (this rank) {:#010x}; every \
-                     rank must pass the same dtype, shape, root and engine to a collective \
-                     op; nothing moved past the signal; {lost}",
+                     rank must pass the same dtype, element count, root and engine; \
+                     nothing moved past the signal; {lost}",
                     fields.rows as u32, fields.rank, fields.room as u32
                 ),
             },
