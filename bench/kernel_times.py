@@ -4,9 +4,10 @@ launches, at world 1 (no cross-GPU traffic: what is left is each op's fixed cost
 
     torchrun --nproc_per_node=1 bench/kernel_times.py
 
-torch.profiler (CUPTI) records every kernel of 200 calls (four rounds of 50), eager and
-replayed from a CUDA graph of 50 calls; per op it prints each kernel's median duration
-and the median gap between consecutive kernels. The peers in the same run: torch's
+torch.profiler (CUPTI) records every kernel of 250 calls (five rounds of 50), eager and
+replayed from a CUDA graph of 50 calls; per op it prints each kernel's duration, the
+median [min-max] of the five rounds' medians, and the median gap between consecutive
+kernels. The peers in the same run: torch's
 `copy_` of 4 KiB (a device-to-device memcpy node) and `torch.cuda._sleep(0)` (an empty
 spin kernel), the floor of one launch. The gap is the device's idle time between
 kernels; eager, it is the host path of one call.
@@ -52,6 +53,11 @@ def build_cases(torch, ops, symm_mem, group):
     cases["moe dispatch 256 tokens"] = lambda: torch.ops.symmwin.all_to_all_vdev_2d(
         m_in, m_out, m_splits, m_so, group, align
     )
+    m_back, m_back_so = sym((sent, hidden), torch.bfloat16), sym((2, experts), torch.int64)
+    torch.ops.symmwin.all_to_all_vdev_2d(m_in, m_out, m_splits, m_so, group, align)
+    cases["moe combine 256 tokens"] = lambda: torch.ops.symmwin.all_to_all_vdev_2d_offset(
+        m_out, m_back, m_so, m_back_so, group
+    )
     x = torch.empty(4096, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     cases["torch copy_ 4 KiB"] = lambda: y.copy_(x)
@@ -59,16 +65,27 @@ def build_cases(torch, ops, symm_mem, group):
     return cases
 
 
+ROUNDS = 5
+
+
+def median(values):
+    return sorted(values)[len(values) // 2]
+
+
 def kernel_line(torch, prof) -> str:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    by_name: dict[str, list[float]] = {}
-    for e in kernels:
-        by_name.setdefault(e.name, []).append(e.time_range.elapsed_us())
     ordered = sorted(kernels, key=lambda e: e.time_range.start)
+    by_name: dict[str, list[float]] = {}
+    for e in ordered:
+        by_name.setdefault(e.name, []).append(e.time_range.elapsed_us())
     gaps = sorted(b.time_range.start - a.time_range.end for a, b in zip(ordered, ordered[1:]))
     gap = gaps[len(gaps) // 2] if gaps else 0.0
-    parts = ", ".join(f"{k[:40]} x{len(v)} {sorted(v)[len(v) // 2]:.2f} us" for k, v in by_name.items())
-    return f"{parts}; median gap {gap:.2f} us"
+    parts = []
+    for k, v in by_name.items():
+        per = max(1, len(v) // ROUNDS)
+        rounds = [median(v[i : i + per]) for i in range(0, per * ROUNDS, per) if v[i : i + per]]
+        parts.append(f"{k[:40]} x{len(v)} {median(rounds):.2f} [{min(rounds):.2f}-{max(rounds):.2f}] us")
+    return f"{', '.join(parts)}; median gap {gap:.2f} us"
 
 
 def main() -> int:
@@ -95,7 +112,7 @@ def main() -> int:
         graph = capture_graph(torch, fn, calls)
         for mode in ("eager", "graph"):
             with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-                for _ in range(4):
+                for _ in range(ROUNDS):
                     if mode == "graph":
                         graph.replay()
                     else:

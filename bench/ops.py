@@ -11,8 +11,9 @@ torchrun job per backend:
   dispatch / combine (``all_to_all_vdev_2d`` / ``_2d_offset``);
 - NVSHMEM: torch's ``nvshmem_all_to_all``, ``all_to_all_vdev``, ``nvshmem_broadcast``
   and the same MoE shapes (16 experts per rank: NVSHMEM's dispatch allows at most 16);
-- CUDA (torch's default backend): NCCL ``all_to_all_single`` and the plain
-  copy-engine push (``copy_`` into the peers' tensors, no synchronisation after it).
+- CUDA (torch's default backend): NCCL ``all_to_all_single``, the plain
+  copy-engine push (``copy_`` into the peers' tensors, no synchronisation after it),
+  and the floors: an empty kernel and device copies of the bytes the ops move.
 
 Every symmwin / NVSHMEM figure is the complete op: when it returns on the stream the
 output is readable. Sizes are per peer, 4 KiB .. 64 MiB; eager and CUDA graph
@@ -171,9 +172,28 @@ class OpsJob(Job):
                                 remote * row_bytes, iters)
                 del inp, out, back
 
+    # -- floors ----------------------------------------------------------------
+
+    def floors(self):
+        """What bounds the ops from below, in the same run: an empty kernel (one
+        launch), a 4 KiB device copy (a memcpy node), and device copies of the bytes
+        the MoE cases and the largest all-to-all move (the copy floor)."""
+        torch = self.torch
+        self.both_modes("floor", "empty kernel (torch.cuda._sleep(0))", "-",
+                        lambda: torch.cuda._sleep(0), 0, 100)
+        sizes = [("4 KiB (memcpy node)", 4 * KIB), ("64 MiB", 64 * MIB)]
+        sizes += [(f"MoE {t} tokens ({t * TOPK} rows of {HIDDEN} bf16)", t * TOPK * HIDDEN * 2) for t in (256, 4096)]
+        for label, n in sizes:
+            src = torch.empty(n, dtype=torch.uint8, device=self.device)
+            dst = torch.empty_like(src)
+            self.both_modes("floor", "device copy_", label, lambda s=src, d=dst: d.copy_(s), n, iters_for(n))
+            del src, dst
+
     def run(self) -> dict:
         if self.backend != "CUDA":
             self.h.guarded("moe", self.moe)
+        else:
+            self.h.guarded("floors", self.floors)
         self.a2a_sizes()
         return {"backend": self.backend, "world": self.world, "items": self.h.items,
                 "errors": self.h.errors, "versions": versions(self.torch)}
@@ -192,7 +212,8 @@ def report(results, out: Path) -> str:
         "",
     ]
     for kind, title in (("a2a", "All-to-all, by bytes per peer"), ("bcast", "Broadcast, by bytes"),
-                        ("moe", "MoE dispatch and combine (7168 bf16 per token, top-8)")):
+                        ("moe", "MoE dispatch and combine (7168 bf16 per token, top-8)"),
+                        ("floor", "Floors: an empty kernel and device copies (GB/s = bytes copied / time)")):
         items = [(r["backend"], it) for r in results for it in r["items"] if it["kind"] == kind]
         if not items:
             continue

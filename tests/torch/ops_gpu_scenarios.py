@@ -79,8 +79,9 @@ def _check_chunks(out, chunks, what):
 
 def graph_replay(ctx):
     """MoE dispatch + combine and an equal all_to_all captured once in a CUDA graph,
-    replayed with new splits and new rows every time (splits never leave the device)."""
-    W, me, E, align = ctx.world, ctx.rank, 2, 8
+    replayed with new splits and new rows every time (splits never leave the device);
+    every third seed one rank sends nothing. args: replays, experts (per rank)."""
+    W, me, E, align = ctx.world, ctx.rank, ctx.args.get("experts", 2), 8
     dtype = torch.bfloat16
     cap = W * E * 13
     inp = _sym(ctx, (cap, HIDDEN), dtype)
@@ -100,6 +101,8 @@ def graph_replay(ctx):
 
     def load(seed):
         splits = [_splits(seed, s, W * E) for s in range(W)]
+        if seed % 3 == 0:
+            splits[seed % W] = [0] * (W * E)
         data = [_rows(seed, s, sum(splits[s]), dtype) for s in range(W)]
         in_splits.copy_(torch.tensor(splits[me]))
         inp.zero_()

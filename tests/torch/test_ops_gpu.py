@@ -20,10 +20,18 @@ def _run(world, name, **kw):
     return run_world(world, f"ops_gpu_scenarios:{name}", device="cuda", **kw)
 
 
-@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("world", [1] + WORLDS)
 def test_graph_replay_with_changing_splits(world):
-    replays = 20 if world == 2 else 6
+    replays = 20 if world <= 2 else 6
     assert _run(world, "graph_replay", args={"replays": replays}, timeout=400) == [replays] * world
+
+
+@pytest.mark.parametrize("world", [1] + WORLDS)
+def test_graph_replay_at_the_largest_expert_count(world):
+    # The kernels hold 512 experts per rank and 2048 splits in all.
+    experts = min(512, 2048 // world)
+    args = {"replays": 3, "experts": experts}
+    assert _run(world, "graph_replay", args=args, timeout=400) == [3] * world
 
 
 @pytest.mark.parametrize("world", [2, 4])

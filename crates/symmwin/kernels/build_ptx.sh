@@ -15,7 +15,7 @@ NVCC="${NVCC:-nvcc}"
 # name: the entry points its PTX must define.
 declare -A entries=(
   [signal]="symmwin_barrier symmwin_put_signal symmwin_wait_signal"
-  [ops]="symmwin_ops_all_to_all symmwin_ops_a2av_plan symmwin_ops_a2av_data symmwin_ops_broadcast symmwin_ops_copy symmwin_ops_set_value symmwin_ops_wait_value symmwin_ops_handshake symmwin_ops_tile_reduce"
+  [ops]="symmwin_ops_all_to_all symmwin_ops_a2av symmwin_ops_broadcast symmwin_ops_copy symmwin_ops_set_value symmwin_ops_wait_value symmwin_ops_handshake symmwin_ops_tile_reduce"
 )
 
 # The only outside function a module may call: device printf, which the driver's JIT

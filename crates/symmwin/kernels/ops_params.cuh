@@ -10,7 +10,7 @@
 #include "wait.cuh"
 
 #define SYMMWIN_OPS_THREADS 512
-// Split-table entries (world * experts) the plan kernel keeps in shared memory.
+// Split-table entries (world * experts) the all_to_all_vdev kernel plans in shared memory.
 #define SYMMWIN_OPS_MAX_SPLITS 2048
 // Experts per rank (segments per source) of the 2-D ops.
 #define SYMMWIN_OPS_MAX_EXPERTS 512

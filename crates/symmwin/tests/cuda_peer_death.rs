@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::field;
 use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
-use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions, Stream};
+use symmwin::{Allocation, ErrorKind, OpOptions, Operand, Rows, Shape, SignalOptions, Stream};
 
 common::worker! { "wait_on_device" => wait_on_device }
 
@@ -29,6 +29,8 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     // Load the kernels (the first op compiles its module, which can take a second) and
     // make sure nothing on the device waits before both ranks are here.
     symmwin::all_to_all(half, other, 4, &OpOptions::default()).unwrap();
+    // all_to_all_vdev's split table: zero rows for every rank.
+    window.write(rank, 8192, &[0u8; 16]).unwrap();
     window.barrier(SignalOptions::default()).unwrap();
     window.synchronize(Stream::DEFAULT).unwrap();
     if rank == 1 {
@@ -39,6 +41,21 @@ fn wait_on_device(rank: usize, world: usize) -> String {
         "barrier" => window.barrier(SignalOptions::default()),
         "wait_signal" => window.wait_signal(1, SignalOptions::default()),
         "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
+        // Zero splits (the window is zeroed): the wait is the ready signal every block
+        // of the one all_to_all_vdev kernel looks for.
+        "all_to_all_vdev" => symmwin::all_to_all_v(
+            Shape::Flat,
+            half,
+            other,
+            Operand::new(&window, 8192, 16),
+            Operand::new(&window, 8192 + 64, 32),
+            Rows {
+                row_bytes: 16,
+                in_rows: 256,
+                out_rows: 256,
+            },
+            &OpOptions::default(),
+        ),
         other => panic!("unknown wait {other}"),
     };
     let err = launched
@@ -69,7 +86,7 @@ const JOB: PeerJob = PeerJob {
 };
 
 /// Every device wait kind.
-const WAITS: [&str; 3] = ["barrier", "wait_signal", "all_to_all"];
+const WAITS: [&str; 4] = ["barrier", "wait_signal", "all_to_all", "all_to_all_vdev"];
 
 /// Named within a second, plus the trap's delivery (its printf flush takes 1 ms).
 const NAMED_WITHIN: f64 = 1.1;

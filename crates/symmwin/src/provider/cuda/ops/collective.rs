@@ -1,5 +1,6 @@
 //! The collective ops: all_to_all (SM push or copy engine), the all_to_all_vdev family
-//! (plan + pull), broadcast (SM pull or copy engine) and tile reduce.
+//! (one kernel that plans and pulls), broadcast (SM pull or copy engine) and tile
+//! reduce.
 
 use super::grid::{self, COPY_ENGINE_MIN_COLLECTIVE};
 use super::params::{
@@ -100,9 +101,8 @@ impl CudaOps {
         p.mode = mode;
         let bpp = grid::pull_blocks_per_peer(ctx);
         p.blocks_per_peer = bpp as u32;
-        p.channel = grid::first_channel(ctx, 1 + bpp)?;
-        self.launch(|k| k.a2av_plan, 1, THREADS, ctx.stream, &p)?;
-        self.launch(|k| k.a2av_data, world * bpp, THREADS, ctx.stream, &p)
+        p.channel = grid::first_channel(ctx, grid::VDEV_SHARED_CHANNELS + bpp)?;
+        self.launch(|k| k.a2av, world * bpp, THREADS, ctx.stream, &p)
     }
 
     pub(super) fn broadcast_from(

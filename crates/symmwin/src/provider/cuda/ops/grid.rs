@@ -78,11 +78,17 @@ pub(super) fn push_blocks_per_peer(ctx: &OpContext, bytes_per_peer: usize) -> us
         .max(1)
 }
 
-/// Blocks per source of the all_to_all_vdev pull (one channel each, plus the plan's).
-/// Sizes live on the device, so this depends on the world size only.
+/// Channels of an all_to_all_vdev launch besides one per block of a source: the ready
+/// signals and the "tables read" signals (kernels/ops_vdev.cuh).
+pub(super) const VDEV_SHARED_CHANNELS: usize = 2;
+
+/// Blocks per source of the all_to_all_vdev kernel (one channel each, plus
+/// [`VDEV_SHARED_CHANNELS`]). Sizes live on the device, so this depends on the world
+/// size only.
 pub(super) fn pull_blocks_per_peer(ctx: &OpContext) -> usize {
     let cap = (MAX_PULL_BLOCKS / ctx.world.max(1)).max(1);
-    cap.min(channel_budget(ctx).saturating_sub(1)).max(1)
+    cap.min(channel_budget(ctx).saturating_sub(VDEV_SHARED_CHANNELS))
+        .max(1)
 }
 
 /// Blocks of a broadcast (two channels each).
@@ -169,7 +175,10 @@ mod tests {
         for world in [1, 2, 4, 8, 32, 128] {
             let c = ctx(world, 9216);
             let bpp = pull_blocks_per_peer(&c);
-            assert!(first_channel(&c, 1 + bpp).is_ok(), "{world}");
+            assert!(
+                first_channel(&c, VDEV_SHARED_CHANNELS + bpp).is_ok(),
+                "{world}"
+            );
             assert!(world * bpp <= MAX_PULL_BLOCKS.max(world));
         }
     }

@@ -54,8 +54,7 @@ impl From<DriverError> for LoadFailure {
 #[derive(Debug)]
 pub(super) struct OpsKernels {
     pub all_to_all: sys::CUfunction,
-    pub a2av_plan: sys::CUfunction,
-    pub a2av_data: sys::CUfunction,
+    pub a2av: sys::CUfunction,
     pub broadcast: sys::CUfunction,
     pub copy: sys::CUfunction,
     pub set_value: sys::CUfunction,
@@ -84,8 +83,7 @@ impl OpsKernels {
         let module = Module::load(ctx, ptx)?;
         Ok(OpsKernels {
             all_to_all: module.function(c"symmwin_ops_all_to_all")?,
-            a2av_plan: module.function(c"symmwin_ops_a2av_plan")?,
-            a2av_data: module.function(c"symmwin_ops_a2av_data")?,
+            a2av: module.function(c"symmwin_ops_a2av")?,
             broadcast: module.function(c"symmwin_ops_broadcast")?,
             copy: module.function(c"symmwin_ops_copy")?,
             set_value: module.function(c"symmwin_ops_set_value")?,
@@ -210,8 +208,7 @@ mod tests {
     fn the_embedded_ptx_has_every_kernel() {
         for entry in [
             "symmwin_ops_all_to_all",
-            "symmwin_ops_a2av_plan",
-            "symmwin_ops_a2av_data",
+            "symmwin_ops_a2av",
             "symmwin_ops_broadcast",
             "symmwin_ops_copy",
             "symmwin_ops_set_value",

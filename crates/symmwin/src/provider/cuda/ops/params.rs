@@ -27,7 +27,8 @@ use crate::provider::device_ops::SymmBuf;
 
 /// Threads per block of the data kernels (`SYMMWIN_OPS_THREADS`).
 pub(super) const THREADS: u32 = 512;
-/// Split-table entries (world * experts) the plan kernel holds (`SYMMWIN_OPS_MAX_SPLITS`).
+/// Split-table entries (world * experts) the all_to_all_vdev kernel plans in shared
+/// memory (`SYMMWIN_OPS_MAX_SPLITS`).
 pub const MAX_SPLITS: usize = 2048;
 /// Experts per rank of the 2-D all-to-all ops (`SYMMWIN_OPS_MAX_EXPERTS`).
 pub const MAX_EXPERTS: usize = 512;

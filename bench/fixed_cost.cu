@@ -1,0 +1,531 @@
+// The ops kernels' fixed cost at world 1, without symmwin's host path, beside the
+// floors that bound it, and the all_to_all_vdev family checked against a CPU
+// reference: one process, one GPU, no pads (at world 1 no kernel touches them).
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I crates/symmwin/kernels -I bench/kernels \
+//        -o fixed_cost bench/fixed_cost.cu && ./fixed_cost
+//
+// It compiles kernels/ops.cu itself (the same source as the committed PTX), the
+// two-kernel all_to_all_vdev that the fused kernel replaced (bench/kernels/), and
+// probes that each add one thing to an empty kernel with the ops' grid and 288-byte
+// params: reading the params, loading 4 KiB, storing 4 KiB, both. Every figure is the
+// time per launch of a CUDA graph of 200 launches of that kernel (the launch gap
+// included, the same for every kernel), median [min-max] over 5 repeats; eager figures
+// are back-to-back launches on one stream. The difference between two rows is the
+// difference of their kernels' durations.
+//
+// Correctness: every all_to_all_vdev shape with random splits (zeros included, whole
+// tables of zeros, the largest expert count), odd and vector-sized rows and
+// alignments 1, 8 and 128, fused and two-kernel, eager and replayed from one CUDA graph
+// with new splits before every replay, against the CPU reference below. Exit status 1
+// on any mismatch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops.cu"
+#include "vdev_two_kernels.cuh"
+
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t err_ = (x);                                                         \
+    if (err_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+      exit(2);                                                                      \
+    }                                                                               \
+  } while (0)
+
+// ---------------------------------------------------------------------------------
+// Probes: an empty kernel and what one copy of `p.bytes` adds to it.
+
+extern "C" __global__ void __launch_bounds__(kThreads) probe_empty(const __grid_constant__ OpsParams p) {}
+
+// Reads the params the copy needs (and never stores).
+extern "C" __global__ void __launch_bounds__(kThreads) probe_params(const __grid_constant__ OpsParams p) {
+  if (p.src.base + p.dst.base + p.bytes == 1) asm volatile("trap;");
+}
+
+// Loads 16 bytes per thread; stores only if the data is a magic value (never).
+extern "C" __global__ void __launch_bounds__(kThreads) probe_load(const __grid_constant__ OpsParams p) {
+  const uint4* s = reinterpret_cast<const uint4*>(p.src.base);
+  if (threadIdx.x < (p.bytes >> 4)) {
+    const uint4 v = ld_v4(s + threadIdx.x);
+    if (v.x == 0x5eed5eedu && v.y == 0x5eed5eedu) asm volatile("trap;");
+  }
+}
+
+// Stores 16 bytes per thread.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_store(const __grid_constant__ OpsParams p) {
+  uint4* d = reinterpret_cast<uint4*>(p.dst.base);
+  if (threadIdx.x < (p.bytes >> 4)) st_v4(d + threadIdx.x, make_uint4(threadIdx.x, 0, 0, 0));
+}
+
+// The least an SM copy of p.bytes (< 8 KiB) does: one 16-byte load and store a thread.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_copy(const __grid_constant__ OpsParams p) {
+  const uint4* s = reinterpret_cast<const uint4*>(p.src.base);
+  uint4* d = reinterpret_cast<uint4*>(p.dst.base);
+  if (threadIdx.x < (p.bytes >> 4)) st_v4(d + threadIdx.x, ld_v4(s + threadIdx.x));
+}
+
+// copy_part with the whole grid: the SM copy floor of a large copy.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __grid_constant__ OpsParams p) {
+  copy_part(reinterpret_cast<char*>(p.dst.base), reinterpret_cast<const char*>(p.src.base), p.bytes,
+            blockIdx.x, gridDim.x);
+}
+
+// ---------------------------------------------------------------------------------
+// Host side
+
+struct Dev {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t bytes) : n(bytes) { CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~Dev() { cudaFree(p); }
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(p); }
+};
+
+static symmwin::TimeoutRecord* g_record;
+static OpsError* g_error;
+
+static OpsParams base_params(uint32_t op) {
+  OpsParams p;
+  memset(&p, 0, sizeof(p));
+  void* dev = nullptr;
+  CHECK(cudaHostGetDevicePointer(&dev, g_record, 0));
+  p.wait.record = reinterpret_cast<uint64_t>(dev);
+  p.wait.timeout_ns = 2000000000ull;
+  p.wait.rank = 0;
+  p.wait.op = op;
+  CHECK(cudaHostGetDevicePointer(&dev, g_error, 0));
+  p.err = reinterpret_cast<uint64_t>(dev);
+  p.rank = 0;
+  p.world = 1;
+  p.fingerprint = 1;
+  return p;
+}
+
+static Operand operand(const Dev& d, size_t bytes) { return Operand{d.addr(), 0, 0, bytes}; }
+
+using Launch = std::function<void(cudaStream_t)>;
+
+static void kernel(const void* fn, uint32_t grid, const OpsParams& p, cudaStream_t s) {
+  OpsParams copy = p;
+  void* args[] = {&copy};
+  CHECK(cudaLaunchKernel(fn, dim3(grid), dim3(kThreads), args, 0, s));
+}
+
+struct Figure {
+  double med, lo, hi;
+};
+
+static Figure summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// us per launch: a graph of `calls` launches replayed `replays` times, 5 repeats.
+static Figure time_graph(const Launch& launch, cudaStream_t s, int calls = 200, int replays = 10) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) launch(s);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, s));
+  std::vector<double> us;
+  for (int r = 0; r < 5; ++r) {
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1000.0 / (calls * replays));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return summarize(us);
+}
+
+static Figure time_eager(const Launch& launch, cudaStream_t s, int calls = 200) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 20; ++i) launch(s);
+  std::vector<double> us;
+  for (int r = 0; r < 5; ++r) {
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < calls; ++i) launch(s);
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return summarize(us);
+}
+
+static void row(const char* what, const Launch& launch, cudaStream_t s, bool eager = true) {
+  const Figure g = time_graph(launch, s);
+  printf("| %s | %.2f [%.2f-%.2f] |", what, g.med, g.lo, g.hi);
+  if (eager) {
+    const Figure e = time_eager(launch, s);
+    printf(" %.2f [%.2f-%.2f] |\n", e.med, e.lo, e.hi);
+  } else {
+    printf(" - |\n");
+  }
+  fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------
+// all_to_all_vdev at world 1: the CPU reference and the cases
+
+enum Mode { kFlat = SYMMWIN_A2AV_1D, kDispatch = SYMMWIN_A2AV_2D, kCombine = SYMMWIN_A2AV_2D_OFFSET };
+
+struct VdevCase {
+  Mode mode;
+  uint32_t experts;
+  int64_t align;
+  size_t row_bytes;
+  std::vector<int64_t> table;  // in_splits (combine: splits then offsets)
+  size_t in_rows, out_rows;
+};
+
+// What rank 0 of world 1 receives: out_splits_offsets, and for every received row
+// the input row it comes from (-1: not written).
+static void reference(const VdevCase& c, std::vector<int64_t>* so, std::vector<int64_t>* from) {
+  const uint32_t n = c.experts;
+  so->assign(2 * n, 0);
+  from->assign(c.out_rows, -1);
+  int64_t out_at = 0, in_at = 0;
+  for (uint32_t e = 0; e < n; ++e) {
+    const int64_t rows = c.table[e];
+    const int64_t in_start = c.mode == kCombine ? c.table[n + e] : in_at;
+    (*so)[e] = rows;
+    (*so)[n + e] = out_at;
+    for (int64_t r = 0; r < rows; ++r) (*from)[out_at + r] = in_start + r;
+    in_at += rows;
+    int64_t len = rows;
+    if (c.mode == kDispatch) len = std::max(c.align, (rows + c.align - 1) / c.align * c.align);
+    out_at += len;
+  }
+}
+
+static VdevCase random_case(std::mt19937_64& rng, Mode mode, uint32_t experts, int64_t align,
+                            size_t row_bytes, bool all_zero) {
+  VdevCase c{mode, experts, align, row_bytes, {}, 0, 0};
+  const int64_t choices[] = {0, 0, 1, 2, 3, 5, 9, 17};
+  std::vector<int64_t> splits(experts);
+  for (auto& s : splits) s = all_zero ? 0 : choices[rng() % 8];
+  c.table = splits;
+  int64_t in_rows = 0;
+  if (mode == kCombine) {
+    for (uint32_t e = 0; e < experts; ++e) {
+      in_rows += 1;  // a one-row gap before every chunk
+      c.table.push_back(in_rows);
+      in_rows += splits[e];
+    }
+  } else {
+    for (auto s : splits) in_rows += s;
+  }
+  c.in_rows = static_cast<size_t>(in_rows) + 1;
+  c.out_rows = static_cast<size_t>(in_rows) + experts * static_cast<size_t>(align) + 1;
+  return c;
+}
+
+static uint8_t byte_of(size_t row, size_t b) { return static_cast<uint8_t>(row * 13 + b * 7 + 1); }
+
+struct VdevBuffers {
+  Dev in, out, table, so;
+  VdevBuffers(size_t in_bytes, size_t out_bytes, size_t table_n, size_t so_n)
+      : in(in_bytes), out(out_bytes), table(table_n * 8), so(so_n * 8) {}
+};
+
+static OpsParams vdev_params(const VdevCase& c, const VdevBuffers& b) {
+  const uint32_t op = c.mode == kFlat ? SYMMWIN_OP_ALL_TO_ALL_VDEV
+                      : c.mode == kDispatch ? SYMMWIN_OP_ALL_TO_ALL_VDEV_2D
+                                            : SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET;
+  OpsParams p = base_params(op);
+  p.src = operand(b.in, c.in_rows * c.row_bytes);
+  p.dst = operand(b.out, c.out_rows * c.row_bytes);
+  p.src_splits = operand(b.table, b.table.n);
+  p.dst_splits = operand(b.so, b.so.n);
+  p.row_bytes = c.row_bytes;
+  p.experts = c.experts;
+  p.major_align = c.mode == kDispatch ? c.align : 0;
+  p.mode = c.mode;
+  p.blocks_per_peer = 128;  // what grid.rs gives world 1
+  p.channel = 0;
+  return p;
+}
+
+static void launch_vdev(bool fused, const OpsParams& p, cudaStream_t s) {
+  if (fused) {
+    kernel(reinterpret_cast<const void*>(symmwin_ops_a2av), p.blocks_per_peer, p, s);
+  } else {
+    kernel(reinterpret_cast<const void*>(bench_a2av_plan), 1, p, s);
+    kernel(reinterpret_cast<const void*>(bench_a2av_data), p.blocks_per_peer, p, s);
+  }
+}
+
+// Checks out_splits_offsets and every received row of `c` after the op ran.
+static bool check_vdev(const VdevCase& c, const VdevBuffers& b, const char* what) {
+  std::vector<int64_t> want_so, from;
+  reference(c, &want_so, &from);
+  std::vector<int64_t> so(2 * c.experts);
+  CHECK(cudaMemcpy(so.data(), b.so.p, so.size() * 8, cudaMemcpyDeviceToHost));
+  if (so != want_so) {
+    printf("MISMATCH %s: out_splits_offsets (mode %d, experts %u, row %zu)\n", what, c.mode, c.experts,
+           c.row_bytes);
+    return false;
+  }
+  std::vector<uint8_t> out(c.out_rows * c.row_bytes);
+  CHECK(cudaMemcpy(out.data(), b.out.p, out.size(), cudaMemcpyDeviceToHost));
+  for (size_t r = 0; r < c.out_rows; ++r) {
+    for (size_t x = 0; x < c.row_bytes; ++x) {
+      const uint8_t want = from[r] < 0 ? 0xee : byte_of(static_cast<size_t>(from[r]), x);
+      if (out[r * c.row_bytes + x] != want) {
+        printf("MISMATCH %s: out row %zu byte %zu: %u != %u (mode %d, experts %u, row %zu)\n", what, r, x,
+               out[r * c.row_bytes + x], want, c.mode, c.experts, c.row_bytes);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+static void load_case(const VdevCase& c, VdevBuffers& b, cudaStream_t s) {
+  std::vector<uint8_t> in(c.in_rows * c.row_bytes);
+  for (size_t r = 0; r < c.in_rows; ++r)
+    for (size_t x = 0; x < c.row_bytes; ++x) in[r * c.row_bytes + x] = byte_of(r, x);
+  CHECK(cudaMemcpyAsync(b.in.p, in.data(), in.size(), cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemsetAsync(b.out.p, 0xee, b.out.n, s));
+  CHECK(cudaMemsetAsync(b.so.p, 0xcd, b.so.n, s));
+  CHECK(cudaMemcpyAsync(b.table.p, c.table.data(), c.table.size() * 8, cudaMemcpyHostToDevice, s));
+  CHECK(cudaStreamSynchronize(s));
+}
+
+// Eager: many random cases per shape, both kernels.
+static int check_eager(cudaStream_t s) {
+  std::mt19937_64 rng(35);
+  int failures = 0, cases = 0;
+  const Mode modes[] = {kFlat, kDispatch, kCombine};
+  for (Mode mode : modes) {
+    for (uint32_t experts : {1u, 3u, 16u, 512u}) {
+      if (mode == kFlat && experts != 1) continue;
+      for (int64_t align : {1, 8, 128}) {
+        if (mode != kDispatch && align != 1) continue;
+        for (size_t row_bytes : {16ul, 28ul, 14336ul}) {
+          for (int k = 0; k < 3; ++k) {
+            const VdevCase c = random_case(rng, mode, experts, align, row_bytes, k == 2);
+            VdevBuffers b(c.in_rows * row_bytes, c.out_rows * row_bytes, c.table.size(), 2 * experts);
+            for (bool fused : {true, false}) {
+              load_case(c, b, s);
+              launch_vdev(fused, vdev_params(c, b), s);
+              CHECK(cudaStreamSynchronize(s));
+              ++cases;
+              failures += check_vdev(c, b, fused ? "fused eager" : "two-kernel eager") ? 0 : 1;
+            }
+          }
+        }
+      }
+    }
+  }
+  printf("vdev eager: %d cases, %d failures\n", cases, failures);
+  return failures;
+}
+
+// One graph per shape, captured once, replayed with new splits each time.
+static int check_graph(cudaStream_t s) {
+  std::mt19937_64 rng(36);
+  int failures = 0, replays = 0;
+  struct Shape {
+    Mode mode;
+    uint32_t experts;
+    int64_t align;
+    size_t row_bytes;
+  };
+  const Shape shapes[] = {{kFlat, 1, 1, 28}, {kDispatch, 16, 8, 14336}, {kDispatch, 512, 128, 16},
+                          {kCombine, 16, 1, 14336}, {kCombine, 512, 1, 28}};
+  for (const Shape& sh : shapes) {
+    // Room for the largest case any seed can make (17 rows per split, gaps, alignment).
+    const size_t in_rows = sh.experts * 18 + 2;
+    const size_t out_rows = sh.experts * (18 + sh.align) + 2;
+    VdevBuffers b(in_rows * sh.row_bytes, out_rows * sh.row_bytes, 2 * sh.experts, 2 * sh.experts);
+    VdevCase first = random_case(rng, sh.mode, sh.experts, sh.align, sh.row_bytes, false);
+    first.in_rows = in_rows;
+    first.out_rows = out_rows;
+    const OpsParams p = vdev_params(first, b);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch_vdev(true, p, s);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int k = 0; k < 6; ++k) {
+      VdevCase c = random_case(rng, sh.mode, sh.experts, sh.align, sh.row_bytes, k == 3);
+      c.in_rows = in_rows;
+      c.out_rows = out_rows;
+      load_case(c, b, s);
+      CHECK(cudaGraphLaunch(exec, s));
+      CHECK(cudaStreamSynchronize(s));
+      ++replays;
+      failures += check_vdev(c, b, "fused graph replay") ? 0 : 1;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  printf("vdev graph replay: %d replays, %d failures\n", replays, failures);
+  return failures;
+}
+
+// ---------------------------------------------------------------------------------
+// Timings
+
+static void probes(cudaStream_t s) {
+  const size_t kib4 = 4096;
+  Dev a(64 << 20), b(64 << 20);
+  CHECK(cudaMemset(a.p, 1, a.n));
+  OpsParams p = base_params(SYMMWIN_OP_ALL_TO_ALL);
+  p.src = operand(a, kib4);
+  p.dst = operand(b, kib4);
+  p.bytes = kib4;
+  p.blocks_per_peer = 1;
+  auto k = [&](auto fn, uint32_t grid) {
+    return [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(fn), grid, p, st); };
+  };
+  printf("\n| world 1, 4 KiB | graph, us per launch | eager |\n| --- | --- | --- |\n");
+  row("empty kernel, 1 x 512 threads, 288-byte params", k(probe_empty, 1), s);
+  row("empty kernel, 128 x 512 threads (the vdev grid)", k(probe_empty, 128), s);
+  row("+ reads the params", k(probe_params, 1), s);
+  row("+ loads 4 KiB", k(probe_load, 1), s);
+  row("+ stores 4 KiB", k(probe_store, 1), s);
+  row("+ loads and stores 4 KiB (least SM copy)", k(probe_copy, 1), s);
+  row("symmwin_ops_all_to_all, 4 KiB", k(symmwin_ops_all_to_all, 1), s);
+  row("cudaMemcpyAsync 4 KiB (memcpy node)",
+      [&](cudaStream_t st) { CHECK(cudaMemcpyAsync(b.p, a.p, kib4, cudaMemcpyDeviceToDevice, st)); }, s);
+
+  // The vdev family, equal splits as bench/ops.py: rows of 4 KiB.
+  for (size_t bytes : {kib4, static_cast<size_t>(64) << 20}) {
+    const size_t row_bytes = std::min<size_t>(bytes, 4096);
+    Dev table(8), so(16);
+    const int64_t rows = static_cast<int64_t>(bytes / row_bytes);
+    CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
+    OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
+    v.src = operand(a, bytes);
+    v.dst = operand(b, bytes);
+    v.src_splits = operand(table, 8);
+    v.dst_splits = operand(so, 16);
+    v.row_bytes = row_bytes;
+    v.experts = 1;
+    v.mode = SYMMWIN_A2AV_1D;
+    v.blocks_per_peer = 128;
+    OpsParams eq = p;
+    eq.src = operand(a, bytes);
+    eq.dst = operand(b, bytes);
+    eq.bytes = bytes;
+    eq.blocks_per_peer = static_cast<uint32_t>(std::min<size_t>(256, (bytes + 32767) / 32768));
+    const std::string size = bytes == kib4 ? "4 KiB" : "64 MiB";
+    row(("all_to_all_vdev fused (one launch), " + size).c_str(), [=](cudaStream_t st) { launch_vdev(true, v, st); }, s);
+    row(("all_to_all_vdev plan + data (two launches), " + size).c_str(),
+        [=](cudaStream_t st) { launch_vdev(false, v, st); }, s);
+    row(("symmwin_ops_all_to_all, " + size).c_str(),
+        [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(symmwin_ops_all_to_all), eq.blocks_per_peer, eq, st); },
+        s);
+    row(("cudaMemcpyAsync, " + size).c_str(),
+        [=](cudaStream_t st) { CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
+  }
+
+  // MoE dispatch / combine, 256 tokens x 7168 bf16, top-8, 16 experts, align 16 (bench/ops.py).
+  {
+    const uint32_t experts = 16, tokens = 256, topk = 8;
+    const int64_t align = 16;
+    const size_t row_bytes = 7168 * 2;
+    std::mt19937_64 rng(1234);
+    std::vector<int64_t> counts(experts, 0);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      std::vector<uint32_t> e(experts);
+      for (uint32_t i = 0; i < experts; ++i) e[i] = i;
+      std::shuffle(e.begin(), e.end(), rng);
+      for (uint32_t k2 = 0; k2 < topk; ++k2) counts[e[k2]] += 1;
+    }
+    const size_t sent = tokens * topk;
+    const size_t out_rows = sent + experts * align;
+    Dev in(sent * row_bytes), out(out_rows * row_bytes), back(sent * row_bytes);
+    Dev splits(experts * 8), so(2 * experts * 8), back_so(2 * experts * 8);
+    CHECK(cudaMemcpy(splits.p, counts.data(), experts * 8, cudaMemcpyHostToDevice));
+    OpsParams d = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV_2D);
+    d.src = operand(in, sent * row_bytes);
+    d.dst = operand(out, out_rows * row_bytes);
+    d.src_splits = operand(splits, experts * 8);
+    d.dst_splits = operand(so, 2 * experts * 8);
+    d.row_bytes = row_bytes;
+    d.experts = experts;
+    d.major_align = align;
+    d.mode = SYMMWIN_A2AV_2D;
+    d.blocks_per_peer = 128;
+    OpsParams c = d;
+    c.wait.op = SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET;
+    c.src = operand(out, out_rows * row_bytes);
+    c.dst = operand(back, sent * row_bytes);
+    c.src_splits = operand(so, 2 * experts * 8);
+    c.dst_splits = operand(back_so, 2 * experts * 8);
+    c.major_align = 0;
+    c.mode = SYMMWIN_A2AV_2D_OFFSET;
+    launch_vdev(true, d, s);
+    CHECK(cudaStreamSynchronize(s));
+    row("MoE dispatch 256 tokens, fused", [=](cudaStream_t st) { launch_vdev(true, d, st); }, s);
+    row("MoE dispatch 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, d, st); }, s);
+    row("MoE combine 256 tokens, fused", [=](cudaStream_t st) { launch_vdev(true, c, st); }, s);
+    row("MoE combine 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, c, st); }, s);
+    const size_t bytes = sent * row_bytes;
+    row("copy floor: cudaMemcpyAsync of the same 28 MiB",
+        [=](cudaStream_t st) { CHECK(cudaMemcpyAsync(back.p, in.p, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
+    OpsParams g = p;
+    g.src = operand(in, bytes);
+    g.dst = operand(back, bytes);
+    g.bytes = bytes;
+    row("SM copy floor: copy_part of the same 28 MiB, 128 blocks",
+        [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(probe_copy_grid), 128, g, st); }, s);
+    row("SM copy floor: copy_part of the same 28 MiB, 256 blocks",
+        [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(probe_copy_grid), 256, g, st); }, s);
+  }
+}
+
+int main(int argc, char** argv) {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaHostAlloc(&g_record, sizeof(symmwin::TimeoutRecord), cudaHostAllocMapped));
+  CHECK(cudaHostAlloc(&g_error, sizeof(OpsError), cudaHostAllocMapped));
+  memset(g_record, 0, sizeof(*g_record));
+  memset(g_error, 0, sizeof(*g_error));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0;
+  CHECK(cudaDriverGetVersion(&driver));
+  printf("%s, driver API %d\n", prop.name, driver);
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int failures = check_eager(s) + check_graph(s);
+  if (argc < 2 || strcmp(argv[1], "--check-only") != 0) probes(s);
+  CHECK(cudaDeviceSynchronize());
+  if (g_error->word != 0 || g_record->state != 0) {
+    printf("a kernel recorded a failure: error word %#x, timeout state %#x\n", g_error->word, g_record->state);
+    failures += 1;
+  }
+  printf("%s\n", failures == 0 ? "all checks passed" : "CHECKS FAILED");
+  return failures == 0 ? 0 : 1;
+}

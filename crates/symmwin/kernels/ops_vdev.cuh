@@ -1,0 +1,433 @@
+// The all_to_all_vdev family (1-D, MoE dispatch = 2-D, MoE combine = 2-D offset) in one
+// launch: planning and data together. Part of the ops module (ops.cu).
+//
+// CUDA promises neither the order in which blocks start nor that they are resident
+// together, so no block ever waits for another block of its own grid: every block
+// plans the whole op itself, from the split tables of every rank, and then copies its
+// own share of its source's rows. Blocks wait only for peers (other ranks), as every
+// ops kernel does, and every such wait is a timed wait through wait.cuh that names the
+// peer when it times out or the peer's process ends.
+//
+// Grid: world * blocks_per_peer. Block b serves source s = (rank + 1 + b / bpp) % world
+// with share b % bpp of the rows s sends this rank (the pull of ops_collectives.cuh).
+//
+// Layouts (torch 2.11 semantics; rows are `row_bytes` long):
+//   1-D:        in_splits[world]; out_splits_offsets[2][world]: rows received from
+//               each source and where they start in `out` (exclusive prefix sum).
+//   2-D:        in_splits[world * ne], rank-major (peer, expert); out_splits_offsets
+//               [2][ne * world], expert-major (expert, source); each expert's rows start
+//               at a multiple of major_align and take at least major_align rows.
+//   2-D offset: in_splits_offsets[2][ne * world], expert-major (expert, peer), with
+//               explicit input offsets; out_splits_offsets[2][world * ne], rank-major
+//               (source, expert), no alignment.
+//
+// Signals (each wait on its own channel, so a report's channel says which wait it was):
+//   ready  = channel:          "my input and split table are final" (sent by this rank's
+//                              block (t, 0) to peer t after checking its own table). It
+//                              is looked at, not taken, by every block of the receiver
+//                              (acquire loads); the receiver's last block to finish its
+//                              table reads clears it. Slot (ready, rank) of the own pad,
+//                              which no peer writes, counts the blocks that finished.
+//   tables = channel + 1:      "every block of mine has read your split table", sent by
+//                              that last block to every peer; block (t, 0) waits for it.
+//   done   = channel + 2 + part: "block part has read your input" (as in the two-kernel
+//                              pull); block (t, part) sends and waits for it.
+// Nothing on a peer is written: a rank writes only its own `out`, `out_splits_offsets`
+// and pad, and its tables and input stay untouched until every peer said it is done
+// reading them (tables, done). Pads are zero again when the kernel ends.
+#pragma once
+
+#include "ops_device.cuh"
+
+namespace symmwin_ops {
+
+constexpr uint32_t kWarps = kThreads / 32;
+
+// The plan of the op, in out_splits_offsets order: rows received, where they land.
+__shared__ int64_t vdev_splits[SYMMWIN_OPS_MAX_SPLITS];
+__shared__ int64_t vdev_offsets[SYMMWIN_OPS_MAX_SPLITS];
+// 2-D: each expert's aligned length, then how far its rows move for the alignment.
+__shared__ int64_t vdev_major[SYMMWIN_OPS_MAX_EXPERTS];
+// This block's source, segment e (its rows for expert e): how many of the source's
+// rows to this rank come before it, and where it starts in the source's input.
+__shared__ int64_t vdev_seg_first[SYMMWIN_OPS_MAX_EXPERTS];
+__shared__ int64_t vdev_seg_src[SYMMWIN_OPS_MAX_EXPERTS];
+__shared__ int64_t vdev_warp_sums[2][kWarps];
+__shared__ uint32_t vdev_last_block;
+
+// A load of a split table that may belong to a peer: ordered after the ready signal
+// this thread's block saw, and never served from a stale cache line.
+__device__ __forceinline__ int64_t load_acquire_i64(const char* p) {
+  int64_t v;
+  asm volatile("ld.acquire.sys.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t load_acquire_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int64_t warp_sum(int64_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sums `a` and `b` over the block; every thread gets both. Called by every thread.
+__device__ void block_sum2(int64_t* a, int64_t* b) {
+  const int64_t wa = warp_sum(*a);
+  const int64_t wb = warp_sum(*b);
+  const uint32_t warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    vdev_warp_sums[0][warp] = wa;
+    vdev_warp_sums[1][warp] = wb;
+  }
+  __syncthreads();
+  int64_t sa = 0, sb = 0;
+  for (uint32_t w = 0; w < kWarps; ++w) {
+    sa += vdev_warp_sums[0][w];
+    sb += vdev_warp_sums[1][w];
+  }
+  __syncthreads();  // the sums are read before anyone reuses them
+  *a = sa;
+  *b = sb;
+}
+
+// Exclusive prefix sums of in[0, count) into out (which may be `in`); returns the
+// total. Each thread scans a contiguous run, the warps combine with shuffles, so the
+// block synchronises twice whatever the count. Called by every thread.
+__device__ int64_t block_scan(const int64_t* in, int64_t* out, uint32_t count) {
+  const uint32_t per = (count + kThreads - 1) / kThreads;
+  const uint32_t lo = min(count, threadIdx.x * per);
+  const uint32_t hi = min(count, lo + per);
+  int64_t mine = 0;
+  for (uint32_t i = lo; i < hi; ++i) mine += in[i];
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t warp = threadIdx.x / 32;
+  int64_t incl = mine;
+  for (uint32_t o = 1; o < 32; o <<= 1) {
+    const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) vdev_warp_sums[0][warp] = incl;
+  __syncthreads();
+  int64_t before = 0, total = 0;
+  for (uint32_t w = 0; w < kWarps; ++w) {
+    const int64_t x = vdev_warp_sums[0][w];
+    before += w < warp ? x : 0;
+    total += x;
+  }
+  int64_t run = before + incl - mine;
+  for (uint32_t i = lo; i < hi; ++i) {
+    const int64_t v = in[i];
+    out[i] = run;
+    run += v;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Index in out_splits_offsets of the rows source `s` sends this rank for segment e.
+__device__ __forceinline__ uint32_t recv_index(const OpsParams& p, uint32_t s, uint32_t e) {
+  return p.mode == SYMMWIN_A2AV_2D ? e * p.world + s : s * p.experts + e;
+}
+
+// Source and expert of entry i of out_splits_offsets (the inverse of recv_index).
+__device__ __forceinline__ uint32_t source_of(const OpsParams& p, uint32_t i) {
+  return p.mode == SYMMWIN_A2AV_2D ? i % p.world : i / p.experts;
+}
+__device__ __forceinline__ uint32_t expert_of(const OpsParams& p, uint32_t i) {
+  return p.mode == SYMMWIN_A2AV_2D ? i / p.world : i % p.experts;
+}
+
+// Entry i of this rank's own table, checked: a split must be non-negative and inside
+// the input (with its offset, for the 2-D offset layout). Returns its rows.
+__device__ __forceinline__ int64_t checked_own_split(const OpsParams& p, const char* own,
+                                                     uint32_t i, int64_t in_rows) {
+  const uint32_t n = p.world * p.experts;
+  const int64_t rows = load_i64(own + i * sizeof(int64_t));
+  if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
+    const int64_t off = load_i64(own + (n + i) * sizeof(int64_t));
+    if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
+      fail_bad_split(p, i % p.world, rows, off + rows, in_rows);
+    }
+  } else if (rows < 0 || rows > in_rows) {
+    fail_bad_split(p, i / p.experts, rows, rows, in_rows);
+  }
+  return rows;
+}
+
+// After the splits this rank sends were summed to `sent`: consecutive splits must not
+// reach past the input. Thread 0 walks the table to name the first that does.
+__device__ void check_sent_total(const OpsParams& p, const char* own, int64_t sent,
+                                 int64_t in_rows) {
+  if (p.mode == SYMMWIN_A2AV_2D_OFFSET || threadIdx.x != 0 || sent <= in_rows) {
+    return;
+  }
+  int64_t end = 0;
+  for (uint32_t i = 0; i < p.world * p.experts; ++i) {
+    const int64_t rows = load_i64(own + i * sizeof(int64_t));
+    if (rows > in_rows - end) {
+      fail_bad_split(p, i / p.experts, rows, end + rows, in_rows);
+    }
+    end += rows;
+  }
+}
+
+// Every split this rank sends fits its own input; a split that does not traps here,
+// before a peer is told it may read (or, in a block serving this rank, before a byte
+// of our own rows moves). Called by every thread; synchronises.
+__device__ void check_own_table(const OpsParams& p) {
+  const char* own = operand_at(p.src_splits, p.rank);
+  const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
+  int64_t sent = 0, unused = 0;
+  for (uint32_t i = threadIdx.x; i < p.world * p.experts; i += kThreads) {
+    sent += checked_own_split(p, own, i, in_rows);
+  }
+  block_sum2(&sent, &unused);
+  check_sent_total(p, own, sent, in_rows);
+  __syncthreads();
+}
+
+// Waits until every peer's ready signal is in this rank's pad, without taking it
+// (acquire loads; the op's last block clears them, see release_tables). A signal with
+// another operand fingerprint fails naming the peer; one report names every late peer.
+// Called by every thread; synchronises.
+__device__ void observe_peers(const OpsParams& p, uint32_t channel) {
+  if (threadIdx.x == 0) {
+    block_timeouts.init(p.world - 1);
+  }
+  __syncthreads();
+  if (is_peer_thread(p)) {
+    const uint32_t t = threadIdx.x;
+    const uint32_t* slot = pad_slot(p, p.rank, channel, t);
+    uint32_t seen = 0;
+    const uint64_t waited = symmwin::spin_for_peer(
+        [slot, &seen] {
+          seen = load_acquire_u32(slot);
+          return seen != 0u;
+        },
+        p.wait, t, channel);
+    if (waited == 0 && seen != p.fingerprint) {
+      fail_mismatch(p, t, seen);
+    }
+    block_timeouts.finish(p.wait, channel, t, waited);
+  }
+  __syncthreads();
+}
+
+// Reads what the block plans from: the rows every source sends this rank (into
+// vdev_splits), and for source `s`: the sum of the splits its table lists before ours
+// (1-D, 2-D: where its rows to us start in its input; returned) or each segment's
+// explicit input offset (2-D offset: vdev_seg_src). Every read of a peer's table is
+// an acquire load after that peer's ready signal was seen. A block that copies our
+// own rows (`check`) checks our table in the same pass. Called by every thread.
+__device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
+  const uint32_t n = p.world * p.experts;
+  const bool explicit_offsets = p.mode == SYMMWIN_A2AV_2D_OFFSET;
+  const char* theirs = operand_at(p.src_splits, s);
+  const char* own = operand_at(p.src_splits, p.rank);
+  const uint32_t before = explicit_offsets ? 0u : p.rank * p.experts;
+  const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
+  int64_t sent = 0, base = 0;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t src = source_of(p, i);
+    const uint32_t e = expert_of(p, i);
+    uint64_t at;
+    switch (p.mode) {
+      case SYMMWIN_A2AV_1D: at = p.rank; break;
+      case SYMMWIN_A2AV_2D: at = static_cast<uint64_t>(p.rank) * p.experts + e; break;
+      default: at = static_cast<uint64_t>(e) * p.world + p.rank; break;
+    }
+    vdev_splits[i] = load_acquire_i64(operand_at(p.src_splits, src) + at * sizeof(int64_t));
+    if (check) sent += checked_own_split(p, own, i, in_rows);
+    if (i < before) base += load_acquire_i64(theirs + i * sizeof(int64_t));
+  }
+  if (explicit_offsets) {
+    for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
+      const uint64_t at = n + static_cast<uint64_t>(e) * p.world + p.rank;
+      vdev_seg_src[e] = load_acquire_i64(theirs + at * sizeof(int64_t));
+    }
+  }
+  block_sum2(&sent, &base);
+  if (check) check_sent_total(p, own, sent, in_rows);
+  return base;
+}
+
+// Called by every thread once the block has read every peer table it reads: counts
+// the block in slot (channel, rank) of the own pad, and returns true (in every thread)
+// in the last block of the grid to get here.
+__device__ bool last_to_read_tables(const OpsParams& p, uint32_t channel) {
+  __syncthreads();  // every thread's table reads are done
+  if (threadIdx.x == 0) {
+    uint32_t* counter = pad_slot(p, p.rank, channel, p.rank);
+    uint32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "l"(counter)
+                 : "memory");
+    vdev_last_block = before + 1 == gridDim.x ? 1u : 0u;
+  }
+  __syncthreads();
+  return vdev_last_block != 0u;
+}
+
+// In the last block: every block has seen every ready signal and read every table, so
+// clear the ready signals and the count (pads are zero at rest) and tell every peer we
+// are done with its table. A peer's next ready signal cannot arrive before: it waits
+// for a free slot, and the peer sends it only after our `tables` signal.
+__device__ void release_tables(const OpsParams& p, uint32_t ready, uint32_t tables) {
+  if (is_peer_thread(p)) {
+    atomicExch(pad_slot(p, p.rank, ready, threadIdx.x), 0u);
+    signal_peer(p, threadIdx.x, tables);
+  }
+  if (threadIdx.x == 0) {
+    atomicExch(pad_slot(p, p.rank, ready, p.rank), 0u);
+  }
+}
+
+// Where every received split lands in `out` (vdev_offsets); stops before anything is
+// copied when one does not fit. Called by every thread; synchronises.
+__device__ void plan_offsets(const OpsParams& p) {
+  const uint32_t n = p.world * p.experts;
+  const int64_t total = block_scan(vdev_splits, vdev_offsets, n);
+  if (p.mode == SYMMWIN_A2AV_2D) {
+    // Expert-major: expert m's sources are entries [m * world, (m + 1) * world).
+    const uint32_t minor = p.world;
+    const uint32_t major = p.experts;
+    const int64_t a = p.major_align;
+    for (uint32_t m = threadIdx.x; m < major; m += kThreads) {
+      const int64_t start = vdev_offsets[m * minor];
+      const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
+      const int64_t aligned = (end - start + a - 1) / a * a;
+      vdev_major[m] = aligned > a ? aligned : a;
+    }
+    __syncthreads();
+    block_scan(vdev_major, vdev_major, major);
+    for (uint32_t m = threadIdx.x; m < major; m += kThreads) {
+      vdev_major[m] -= vdev_offsets[m * minor];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+      vdev_offsets[i] += vdev_major[i / minor];
+    }
+    __syncthreads();
+  }
+  const int64_t room = static_cast<int64_t>(p.dst.bytes / p.row_bytes);
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const int64_t rows = vdev_splits[i];
+    const int64_t off = vdev_offsets[i];
+    if (off + rows > room) {
+      fail_overflow(p, source_of(p, i), rows, off, room);
+    }
+  }
+}
+
+// out_splits_offsets, from the plan (one block writes it).
+__device__ void write_out_splits_offsets(const OpsParams& p) {
+  const uint32_t n = p.world * p.experts;
+  int64_t* out_splits = reinterpret_cast<int64_t*>(operand_at(p.dst_splits, p.rank));
+  int64_t* out_offsets = out_splits + n;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    out_splits[i] = vdev_splits[i];
+    out_offsets[i] = vdev_offsets[i];
+  }
+}
+
+// The segments source `s` sends this rank (vdev_seg_first, vdev_seg_src), from the
+// plan and `base` (gather_plan); returns all their rows. Called by every thread.
+__device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
+  for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
+    vdev_seg_first[e] = vdev_splits[recv_index(p, s, e)];
+  }
+  __syncthreads();
+  const int64_t total = block_scan(vdev_seg_first, vdev_seg_first, p.experts);
+  if (p.mode != SYMMWIN_A2AV_2D_OFFSET) {
+    for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
+      vdev_seg_src[e] = base + vdev_seg_first[e];
+    }
+    __syncthreads();
+  }
+  return total;
+}
+
+// Copies rows [lo, hi) of source `s`'s `total` rows to this rank, segment by segment.
+__device__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo, int64_t hi) {
+  if (lo >= hi) {
+    return;
+  }
+  // The last segment that starts at or before `lo` holds it (empty ones start where
+  // the next does).
+  uint32_t first = 0, count = p.experts;
+  while (count > 1) {
+    const uint32_t half = count / 2;
+    if (vdev_seg_first[first + half] <= lo) {
+      first += half;
+      count -= half;
+    } else {
+      count = half;
+    }
+  }
+  const char* in = operand_at(p.src, s);
+  char* out = operand_at(p.dst, p.rank);
+  for (uint32_t e = first; e < p.experts && vdev_seg_first[e] < hi; ++e) {
+    const int64_t start = vdev_seg_first[e];
+    const int64_t end = e + 1 < p.experts ? vdev_seg_first[e + 1] : total;
+    const int64_t a = lo > start ? lo : start;
+    const int64_t b = hi < end ? hi : end;
+    if (a < b) {
+      const uint64_t skip = static_cast<uint64_t>(a - start);
+      const uint64_t to = static_cast<uint64_t>(vdev_offsets[recv_index(p, s, e)]) + skip;
+      const uint64_t from = static_cast<uint64_t>(vdev_seg_src[e]) + skip;
+      copy_part(out + to * p.row_bytes, in + from * p.row_bytes,
+                static_cast<uint64_t>(b - a) * p.row_bytes, 0, 1);
+    }
+  }
+}
+
+}  // namespace symmwin_ops
+
+// The whole op in one launch: see the top of this file.
+// Channels: [channel, channel + 2 + blocks_per_peer).
+extern "C" __global__ void __launch_bounds__(kThreads)
+    symmwin_ops_a2av(const __grid_constant__ OpsParams p) {
+  const uint32_t bpp = p.blocks_per_peer;
+  const uint32_t s = (p.rank + 1 + blockIdx.x / bpp) % p.world;
+  const uint32_t part = blockIdx.x % bpp;
+  const uint32_t ready = p.channel;
+  const uint32_t tables = p.channel + 1;
+  const uint32_t done = p.channel + 2 + part;
+  const bool own_rows = s == p.rank;
+  if (!own_rows && part == 0) {
+    check_own_table(p);
+    if (threadIdx.x == 0) {
+      signal_peer(p, s, ready);
+    }
+  }
+  if (p.world > 1) {
+    observe_peers(p, ready);
+  }
+  const int64_t base = gather_plan(p, s, own_rows);
+  if (p.world > 1 && last_to_read_tables(p, ready)) {
+    release_tables(p, ready, tables);
+  }
+  plan_offsets(p);
+  if (blockIdx.x == 0) {
+    write_out_splits_offsets(p);
+  }
+  const int64_t total = segments_of(p, s, base);
+  int64_t lo, hi;
+  share(total, part, bpp, &lo, &hi);
+  copy_rows(p, s, total, lo, hi);
+  if (own_rows) {
+    return;
+  }
+  block_signal(p, s, done);
+  if (threadIdx.x == 0) {
+    wait_peer(p, s, done);
+    if (part == 0) {
+      wait_peer(p, s, tables);
+    }
+  }
+}
