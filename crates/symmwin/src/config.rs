@@ -96,6 +96,8 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "1: an installed symmwin makes SYMMWIN and SYMMWIN_HOST torch's symmetric \
                   memory backends at `import torch` in every process (torch's \
                   `torch.backends` entry point; see docs/clients.md)",
+    },
+    Setting {
         name: "SYMMWIN_DEBUG_FREE_KEEP",
         default: "1024",
         allowed: "a whole number above 0",
