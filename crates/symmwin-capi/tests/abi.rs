@@ -493,7 +493,10 @@ fn dtype_codes_are_one_per_dtype_whatever_the_spelling() {
     };
     // SAFETY: a live window for both operands; NULL options are the defaults.
     let status = unsafe { symmwin_op_all_to_all(typed, typed, 4, null()) };
-    assert_refused(status, "elements of 4 bytes, but float64 elements are 8 bytes");
+    assert_refused(
+        status,
+        "elements of 4 bytes, but float64 elements are 8 bytes",
+    );
     let untyped = whole(window, 64);
     // SAFETY: as above.
     let status = unsafe { symmwin_op_all_to_all(typed, untyped, 8, null()) };

@@ -7,9 +7,9 @@
 //! wait_signal, every host collective op} x world 2 and 3 (a partial post phase needs
 //! 3), each job round 0 verified, round 1 the fault (the last rank late, or killed),
 //! rounds 2-7 with fresh inputs on every rank. The scenarios live in `poison/`.
-mod common;
 #[path = "poison/calls.rs"]
 mod calls;
+mod common;
 #[path = "poison/scenarios.rs"]
 mod scenarios;
 
@@ -42,7 +42,9 @@ fn run_one(cause: &'static str, call: &'static str, world: usize) -> Job1 {
         ("CALL", call.to_owned()),
         common::timeout_ms(10_000),
     ];
-    let outs = job.spawn(world, "poison_case", &env).wait(Duration::from_secs(90));
+    let outs = job
+        .spawn(world, "poison_case", &env)
+        .wait(Duration::from_secs(90));
     let lines = outs
         .iter()
         .enumerate()
@@ -93,7 +95,12 @@ fn check(jobs: &[Job1]) {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for job in jobs {
         let what = format!("{} {} world {}", job.cause, job.call, job.world);
-        let firsts: Vec<&str> = job.lines.iter().flatten().map(|l| field(l, "first")).collect();
+        let firsts: Vec<&str> = job
+            .lines
+            .iter()
+            .flatten()
+            .map(|l| field(l, "first"))
+            .collect();
         for (rank, line) in job.lines.iter().enumerate() {
             let Some(line) = line else { continue };
             let at = format!("{what} rank {rank}: {line}");
@@ -112,15 +119,27 @@ fn check(jobs: &[Job1]) {
                 field(line, "fresh"),
             );
             assert_eq!(field(line, "round0"), "verified", "{at}");
-            assert_eq!(field(line, "wrong"), "0", "no call returns ok with wrong data: {at}");
+            assert_eq!(
+                field(line, "wrong"),
+                "0",
+                "no call returns ok with wrong data: {at}"
+            );
             assert_ne!(field(line, "round1"), "WRONG", "{at}");
             assert_eq!(field(line, "verified"), "0", "{at}");
             assert_eq!(field(line, "other_failures"), "0", "{at}");
-            assert_eq!(field(line, "refused"), "6", "every later round refused: {at}");
+            assert_eq!(
+                field(line, "refused"),
+                "6",
+                "every later round refused: {at}"
+            );
             let slowest = seconds(line, "slowest_refusal_s");
             assert!(slowest < 0.1, "a refusal took {slowest} s: {at}");
             assert_ne!(field(line, "first"), "none", "{at}");
-            assert_eq!(field(line, "first"), firsts[0], "every rank names one first failure: {at}");
+            assert_eq!(
+                field(line, "first"),
+                firsts[0],
+                "every rank names one first failure: {at}"
+            );
             check_round1(job, rank, line, &at);
             // With a rank dead, another window's calls fail too: naming the dead rank,
             // or refused once a peer that saw it first poisoned that window as well.
@@ -130,7 +149,11 @@ fn check(jobs: &[Job1]) {
             };
             let other = field(line, "other");
             assert!(others.contains(&other), "another window of the group: {at}");
-            assert_eq!(field(line, "fresh"), fresh, "a window made after the free: {at}");
+            assert_eq!(
+                field(line, "fresh"),
+                fresh,
+                "a window made after the free: {at}"
+            );
         }
     }
 }
@@ -251,7 +274,10 @@ fn the_registry_never_hands_out_a_poisoned_window_again() {
         assert!(seconds(&r, "refused_in") < 0.1, "rank {rank}: {r}");
         let own = field(&r, "own");
         match rank {
-            0 => assert!(own.contains("timed_out") && own.contains("now_poisoned"), "{r}"),
+            0 => assert!(
+                own.contains("timed_out") && own.contains("now_poisoned"),
+                "{r}"
+            ),
             _ => assert!(own.contains("this_window_is_poisoned"), "{r}"),
         }
     }
