@@ -177,9 +177,12 @@ pub enum ErrorKind {
 
 /// An error with the context needed to act on it in a multi-process job. Built with
 /// [`Error::new`] and the `at_rank` / `with_peer` / `in_group` builders; read with the
-/// accessors.
-#[derive(Debug, thiserror::Error)]
-pub struct Error {
+/// accessors. One pointer wide, so every `Result` of the crate stays small to move.
+pub struct Error(Box<Details>);
+
+/// What an [`Error`] carries.
+#[derive(Debug)]
+struct Details {
     /// Rank of the process that reports the error, if it belongs to a group.
     rank: Option<usize>,
     /// Protocol step.
@@ -187,12 +190,23 @@ pub struct Error {
     /// Peer involved, if any.
     peer: Option<usize>,
     /// What went wrong.
-    #[source]
     kind: ErrorKind,
     /// The subgroup the ranks above belong to, when its ranks are not the global ones.
-    group: Option<Box<GroupLabel>>,
+    group: Option<GroupLabel>,
     /// This failure poisoned its window (see [`ErrorKind::Poisoned`]): what it wrote.
-    poisoned: Option<Box<crate::poison::Poison>>,
+    poisoned: Option<crate::poison::Poison>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0.kind)
+    }
 }
 
 /// Names a subgroup in an error, so group ranks can be told from global ranks.
@@ -228,24 +242,24 @@ impl GroupLabel {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("symmwin")?;
-        let group = self.group.as_ref();
+        let group = self.0.group.as_ref();
         if let Some(g) = group {
             write!(f, " group {:?}", g.name)?;
         }
-        if let Some(rank) = self.rank {
+        if let Some(rank) = self.0.rank {
             write!(f, " rank {rank}")?;
             if let Some(g) = group {
                 write!(f, " (global rank {})", g.global(rank))?;
             }
         }
-        write!(f, " [{}]", self.phase)?;
-        if let Some(peer) = self.peer {
+        write!(f, " [{}]", self.0.phase)?;
+        if let Some(peer) = self.0.peer {
             write!(f, " peer {peer}")?;
             if let Some(g) = group {
                 write!(f, " (global rank {})", g.global(peer))?;
             }
         }
-        match (group, &self.kind) {
+        match (group, &self.0.kind) {
             (Some(g), ErrorKind::Timeout { missing, waited }) => write!(
                 f,
                 ": timed out after {} waiting for group rank(s) {} (global rank(s) {})",
@@ -255,7 +269,7 @@ impl fmt::Display for Error {
             ),
             (_, kind) => write!(f, ": {kind}"),
         }?;
-        if self.poisoned.is_some() {
+        if self.0.poisoned.is_some() {
             write!(
                 f,
                 "; this left the window's signal pads out of step, so the window is now \
@@ -270,14 +284,14 @@ impl fmt::Display for Error {
 impl Error {
     /// An error outside any group.
     pub fn new(phase: Phase, kind: ErrorKind) -> Self {
-        Error {
+        Error(Box::new(Details {
             rank: None,
             phase,
             peer: None,
             kind,
             group: None,
             poisoned: None,
-        }
+        }))
     }
 
     /// Attach the subgroup whose ranks this error names (none for a group whose
@@ -287,66 +301,66 @@ impl Error {
             .iter()
             .enumerate()
             .all(|(r, &g)| usize::try_from(g) == Ok(r));
-        if self.group.is_none() && !identity {
-            self.group = Some(Box::new(GroupLabel {
+        if self.0.group.is_none() && !identity {
+            self.0.group = Some(GroupLabel {
                 name: name.to_owned(),
                 global_ranks: global_ranks.into(),
-            }));
+            });
         }
         self
     }
 
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// What went wrong, to add detail a lower layer could not know.
     pub(crate) fn kind_mut(&mut self) -> &mut ErrorKind {
-        &mut self.kind
+        &mut self.0.kind
     }
 
     /// What went wrong, taking the error apart.
     pub fn into_kind(self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The protocol step during which it happened.
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.0.phase
     }
 
     /// Rank of the process that reports the error, if it belongs to a group.
     pub fn rank(&self) -> Option<usize> {
-        self.rank
+        self.0.rank
     }
 
     /// Peer involved, if any.
     pub fn peer(&self) -> Option<usize> {
-        self.peer
+        self.0.peer
     }
 
     /// The subgroup the ranks belong to, when its ranks are not the global ones.
     pub fn group(&self) -> Option<&GroupLabel> {
-        self.group.as_deref()
+        self.0.group.as_ref()
     }
 
     /// Name the protocol step of an error raised by a layer that cannot know it (a
     /// store call serves both publish and gather).
     pub(crate) fn during(mut self, phase: Phase) -> Self {
-        self.phase = phase;
+        self.0.phase = phase;
         self
     }
 
     /// Attach the reporting rank.
     pub fn at_rank(mut self, rank: usize) -> Self {
-        self.rank.get_or_insert(rank);
+        self.0.rank.get_or_insert(rank);
         self
     }
 
     /// Attach the peer involved.
     pub fn with_peer(mut self, peer: usize) -> Self {
-        self.peer = Some(peer);
+        self.0.peer = Some(peer);
         self
     }
 
@@ -368,28 +382,28 @@ impl Error {
 
     /// Record that this failure poisoned its window.
     pub(crate) fn poisoning(mut self, poison: crate::poison::Poison) -> Self {
-        self.poisoned = Some(Box::new(poison));
+        self.0.poisoned = Some(poison);
         self
     }
 
     /// The poisoned window this error is about: the one its own failure poisoned, or
     /// the one a call was refused on ([`ErrorKind::Poisoned`]).
     pub fn poisoned_window(&self) -> Option<&crate::poison::Poison> {
-        match &self.kind {
+        match &self.0.kind {
             ErrorKind::Poisoned(poison) => Some(poison),
-            _ => self.poisoned.as_deref(),
+            _ => self.0.poisoned.as_ref(),
         }
     }
 
     /// True when the error is a timeout waiting for peers.
     pub fn is_timeout(&self) -> bool {
-        matches!(self.kind, ErrorKind::Timeout { .. })
+        matches!(self.0.kind, ErrorKind::Timeout { .. })
     }
 
     /// True when a device-side wait timed out earlier and trapped: nothing on the device
     /// works any more in this process, which must exit.
     pub fn is_context_lost(&self) -> bool {
-        matches!(self.kind, ErrorKind::ContextLost(_))
+        matches!(self.0.kind, ErrorKind::ContextLost(_))
     }
 }
 

@@ -136,7 +136,6 @@ impl Group {
             std::sync::Arc::clone(&self.shared),
             exchanged.span,
             exchanged.layout,
-            alloc.size(),
             lease,
             exchanged.mapped,
             alloc,
