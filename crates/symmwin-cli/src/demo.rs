@@ -79,7 +79,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
         print_json(&args, &resolved, &results)?;
     } else if !results.is_empty() {
         println!("{title}");
-        print_table(&results);
+        print_table(&results, args.world);
         println!(
             "(push: the median round's copies; GB/s: the bytes a rank sends to its peers per \
              second of push, with every page faulted in before the first round)"
@@ -114,7 +114,7 @@ pub fn device_name(device: &Value) -> String {
     }
 }
 
-fn print_table(results: &[(usize, &Value)]) {
+fn print_table(results: &[(usize, &Value)], world: usize) {
     let num = |d: &Value, k: &str| d[k].as_f64().unwrap_or(f64::NAN);
     println!(
         "{:>4}  {:<7}  {:<8}  {:>14}  {:>9}  {:>21}  {:>8}",
@@ -127,12 +127,17 @@ fn print_table(results: &[(usize, &Value)]) {
         "verified"
     );
     for (rank, d) in results {
-        let range = format!(
-            "{:.2} ({:.2}-{:.2})",
-            num(d, "gbps"),
-            num(d, "gbps_min"),
-            num(d, "gbps_max")
-        );
+        // A rank alone sends nothing to a peer: a rate would read as 0.00.
+        let range = if world < 2 {
+            "- (no peers)".to_owned()
+        } else {
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                num(d, "gbps"),
+                num(d, "gbps_min"),
+                num(d, "gbps_max")
+            )
+        };
         println!(
             "{:>4}  {:<7}  {:<8}  {:>14.3}  {:>9.3}  {:>21}  {:>8}",
             rank,

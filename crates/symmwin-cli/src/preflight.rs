@@ -162,16 +162,16 @@ impl Machine {
     }
 }
 
-/// Refuse the run when it does not fit: one error naming every shortfall.
+/// Refuse the run when it does not fit: one error naming every shortfall, one line
+/// each (several on one line read as a wall of text).
 pub fn check(needs: &Needs, what: &str) -> Result<(), crate::failure::Failure> {
     let problems = needs.shortfalls(&Machine::here(), what);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(crate::failure::Failure::setup(format!(
-        "{} (no rank was started)",
-        problems.join("; ")
-    )))
+    let message = match problems.as_slice() {
+        [] => return Ok(()),
+        [only] => format!("{only} (no rank was started)"),
+        several => format!("{}\n(no rank was started)", several.join("\n")),
+    };
+    Err(crate::failure::Failure::setup(message))
 }
 
 fn read_u64(path: &str) -> Option<u64> {

@@ -32,6 +32,10 @@ fn a_world_of_a_million_is_refused_without_forking_a_rank() {
     );
     assert!(err.contains("--size or --world lower it"), "{err}");
     assert!(err.trim_end().ends_with("(no rank was started)"), "{err}");
+    // Each shortfall on a line of its own, none a wall of text.
+    for line in err.lines() {
+        assert!(line.len() < 300, "a {}-character line: {line}", line.len());
+    }
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(

@@ -94,7 +94,7 @@ pub struct Poison {
     pub rank: usize,
     /// Why it ended.
     pub cause: PoisonCause,
-    /// Ranks it was waiting for (at most [`MAX_WAITED`]).
+    /// Ranks it was waiting for (at most three: what the shared mark has room for).
     pub waited_for: Vec<usize>,
 }
 
