@@ -350,3 +350,45 @@ def replay(ctx):
     start costs more than most replays); each step's result under its name."""
     here = globals()
     return {step: here[step](ctx) for step in ctx.args["steps"]}
+
+
+# --------------------------------------------------------- handle attributes
+
+
+def handle_attributes(ctx):
+    """Every handle attribute the client programs read, for one `symm_mem.empty` tensor,
+    described so that two backends can be compared: pointers as what they mean (own
+    entry + offset against the storage, peers non-zero and distinct), sizes and ranks as
+    values, and what raises as the exception's type. attribute_table.py prints them."""
+    group = dist.group.WORLD
+    t = symm_mem.empty(4096, dtype=BF16, device=ctx.device)
+    hdl = symm_mem.rendezvous(t, group)
+    hdl.barrier()
+    ptrs = list(hdl.buffer_ptrs)
+    pads = list(hdl.signal_pad_ptrs)
+    peers = [p for r, p in enumerate(ptrs) if r != ctx.rank]
+
+    def attempt(read):
+        try:
+            return repr(read())
+        except Exception as e:  # noqa: BLE001 - the exception's type is the answer
+            return f"raises {type(e).__name__}"
+
+    out = {
+        "own_plus_offset_is_data_ptr": t.data_ptr() - ptrs[ctx.rank] == hdl.offset,
+        "peers_nonzero_and_distinct": all(peers) and len(set(ptrs)) == ctx.world,
+        "buffer_ptrs_dev_nonzero": bool(hdl.buffer_ptrs_dev),
+        "buffer_size": hdl.buffer_size,
+        "buffer_size_at_least_tensor": hdl.buffer_size >= t.numel() * t.element_size(),
+        "offset": hdl.offset,
+        "multicast_ptr": hdl.multicast_ptr,
+        "signal_pad_ptrs_nonzero": all(pads),
+        "signal_pad_size": hdl.signal_pad_size,
+        "signal_pad_size_is_get_signal_pad_size": hdl.signal_pad_size == symm_mem.get_signal_pad_size(),
+        "rank": hdl.rank,
+        "world_size": hdl.world_size,
+        "world_within_direct_access": attempt(lambda: hdl.world_within_direct_access()),
+    }
+    hdl.barrier(channel=1)
+    ctx.sync()
+    return out

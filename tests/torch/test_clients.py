@@ -121,6 +121,32 @@ def test_async_tp_through_torch_compile(world):
         assert all(r.values()), f"rank {rank}: {r}"
 
 
+def _check_contract_attributes(results, world: int) -> None:
+    for rank, r in enumerate(results):
+        assert r["own_plus_offset_is_data_ptr"] and r["peers_nonzero_and_distinct"], (rank, r)
+        assert r["signal_pad_ptrs_nonzero"] and r["signal_pad_size_is_get_signal_pad_size"], (rank, r)
+        assert (r["rank"], r["world_size"], r["offset"]) == (rank, world, 0), (rank, r)
+        assert r["buffer_size_at_least_tensor"] and r["multicast_ptr"] == 0, (rank, r)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_handle_attributes_on_host_memory(world):
+    _check_contract_attributes(run_world(world, "clients_scenarios.handle_attributes"), world)
+
+
+def test_handle_attributes_match_torchs_cuda_backend():
+    """docs/pytorch.md's attribute table: what torch's contract fixes is the same on
+    both backends (attribute_table.py prints the whole table)."""
+    _need_gpu()
+    import attribute_table
+
+    results = attribute_table.collect(2)
+    _check_contract_attributes(results["SYMMWIN"], 2)
+    for rank in range(2):
+        for key in attribute_table.MUST_AGREE:
+            assert results["SYMMWIN"][rank][key] == results["torch CUDA"][rank][key], (rank, key, results)
+
+
 # ----------------------------------------------------------- SYMMWIN_AUTOLOAD
 
 

@@ -214,6 +214,7 @@ impl Ranks {
             r.seen = self.ended;
             self.ended += 1;
         }
+        self.remove_killed_ranks_sockets();
     }
 
     fn into_outcomes(self) -> Vec<RankOutcome> {

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+mod warnings;
+
 /// One `SYMMWIN_*` variable, as the README's configuration table lists it.
 #[derive(Debug, Clone, Copy)]
 pub struct Setting {
@@ -83,19 +85,19 @@ pub const SETTINGS: &[Setting] = &[
                   process group (see docs/multi-node.md)",
     },
     Setting {
-        name: "SYMMWIN_DEBUG_FREE",
-        default: "0",
-        allowed: "0 or 1",
-        meaning: "1: freed windows are never reused but unmapped, so a use after free \
-                  faults (debugging; slower)",
-    },
-    Setting {
         name: "SYMMWIN_AUTOLOAD",
         default: "0",
         allowed: "0 or 1",
         meaning: "1: an installed symmwin makes SYMMWIN and SYMMWIN_HOST torch's symmetric \
                   memory backends at `import torch` in every process (torch's \
                   `torch.backends` entry point; see docs/clients.md)",
+    },
+    Setting {
+        name: "SYMMWIN_DEBUG_FREE",
+        default: "0",
+        allowed: "0 or 1",
+        meaning: "1: freed windows are never reused but unmapped, so a use after free \
+                  faults (debugging; slower)",
     },
     Setting {
         name: "SYMMWIN_DEBUG_FREE_KEEP",
@@ -334,7 +336,7 @@ impl Config {
     /// Settings that do nothing (a misspelt name, a log filter selecting none of
     /// symmwin's messages) are warned about on stderr, once per process.
     pub fn from_env() -> Result<Self> {
-        crate::setting_warnings::warn_once();
+        warnings::warn_once();
         Config::from_vars(&|name| std::env::var_os(name))
     }
 

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::poison::{Poison, PoisonCause, MAX_WAITED, REMEDY};
 use crate::text::Seconds;
 
 /// The step of the protocol during which an error happened.
@@ -163,9 +164,9 @@ pub enum ErrorKind {
         "this window is poisoned: {0}, which left its signal pads out of step between the \
          ranks, so no later call on it can be trusted to pair with its peers' same call; \
          {remedy}",
-        remedy = crate::poison::REMEDY
+        remedy = REMEDY
     )]
-    Poisoned(Box<crate::poison::Poison>),
+    Poisoned(Box<Poison>),
     /// The caller interrupted the wait ([`crate::request_interrupt`], [`crate::set_interrupt_check`]; from Python, Ctrl-C).
     #[error("interrupted while waiting")]
     Interrupted,
@@ -194,7 +195,7 @@ struct Details {
     /// The subgroup the ranks above belong to, when its ranks are not the global ones.
     group: Option<GroupLabel>,
     /// This failure poisoned its window (see [`ErrorKind::Poisoned`]): what it wrote.
-    poisoned: Option<crate::poison::Poison>,
+    poisoned: Option<Poison>,
 }
 
 impl fmt::Debug for Error {
@@ -274,7 +275,7 @@ impl fmt::Display for Error {
                 f,
                 "; this left the window's signal pads out of step, so the window is now \
                  poisoned on every rank: {}",
-                crate::poison::REMEDY
+                REMEDY
             )?;
         }
         Ok(())
@@ -381,14 +382,14 @@ impl Error {
     }
 
     /// Record that this failure poisoned its window.
-    pub(crate) fn poisoning(mut self, poison: crate::poison::Poison) -> Self {
+    pub(crate) fn poisoning(mut self, poison: Poison) -> Self {
         self.0.poisoned = Some(poison);
         self
     }
 
     /// The poisoned window this error is about: the one its own failure poisoned, or
     /// the one a call was refused on ([`ErrorKind::Poisoned`]).
-    pub fn poisoned_window(&self) -> Option<&crate::poison::Poison> {
+    pub fn poisoned_window(&self) -> Option<&Poison> {
         match &self.0.kind {
             ErrorKind::Poisoned(poison) => Some(poison),
             _ => self.0.poisoned.as_ref(),
@@ -404,6 +405,47 @@ impl Error {
     /// works any more in this process, which must exit.
     pub fn is_context_lost(&self) -> bool {
         matches!(self.0.kind, ErrorKind::ContextLost(_))
+    }
+
+    /// Why this error ended a wait early, if it did: only such errors poison a window.
+    fn poison_cause(&self) -> Option<PoisonCause> {
+        match self.0.kind {
+            ErrorKind::Timeout { .. } => Some(PoisonCause::Timeout),
+            ErrorKind::Interrupted => Some(PoisonCause::Interrupted),
+            ErrorKind::PeerExited { .. } => Some(PoisonCause::PeerExited),
+            ErrorKind::PeerLost(_) => Some(PoisonCause::PeerLost),
+            _ => None,
+        }
+    }
+
+    /// The poison record of `call` on `channel`, whose wait on `rank` ended with this
+    /// error, if this error is one that ends a wait early. A departed peer comes first
+    /// among the ranks waited for.
+    pub(crate) fn poison_record(
+        &self,
+        call: &'static str,
+        channel: usize,
+        rank: usize,
+    ) -> Option<Poison> {
+        let cause = self.poison_cause()?;
+        let mut waited_for: Vec<usize> = match &self.0.kind {
+            ErrorKind::Timeout { missing, .. } => missing.clone(),
+            ErrorKind::PeerExited { rank, .. } => vec![*rank],
+            _ => Vec::new(),
+        };
+        if let Some(peer) = self.peer() {
+            if !waited_for.contains(&peer) {
+                waited_for.insert(0, peer);
+            }
+        }
+        waited_for.truncate(MAX_WAITED);
+        Some(Poison {
+            call,
+            channel,
+            rank,
+            cause,
+            waited_for,
+        })
     }
 }
 
@@ -422,5 +464,39 @@ mod tests {
         assert_eq!(shown(999), "1.0 s");
         assert_eq!(shown(50), "0.05 s");
         assert_eq!(shown(0), "0.0 s");
+    }
+
+    #[test]
+    fn only_a_wait_that_ended_early_poisons() {
+        let timeout = Error::new(
+            Phase::Signal,
+            ErrorKind::Timeout {
+                missing: vec![2],
+                waited: Duration::from_secs(1),
+            },
+        )
+        .with_peer(2);
+        let poison = timeout.poison_record("barrier", 0, 1).unwrap();
+        assert_eq!(poison.waited_for, vec![2]);
+        assert!(poison
+            .to_string()
+            .contains("barrier on channel 0 timed out on rank 1"));
+        let interrupted = Error::new(Phase::Signal, ErrorKind::Interrupted);
+        assert_eq!(
+            interrupted
+                .poison_record("broadcast", 3, 0)
+                .map(|p| p.cause),
+            Some(PoisonCause::Interrupted)
+        );
+        let bad = Error::invalid("channel 99 does not fit");
+        assert_eq!(bad.poison_record("barrier", 99, 0), None);
+        let mismatch = Error::new(
+            Phase::Signal,
+            ErrorKind::Mismatch {
+                field: "op",
+                detail: String::new(),
+            },
+        );
+        assert_eq!(mismatch.poison_record("all_to_all", 0, 0), None);
     }
 }

@@ -59,7 +59,6 @@ mod protocol;
 mod provider;
 mod registry;
 mod rendezvous;
-mod setting_warnings;
 mod signal;
 mod store;
 #[doc(hidden)]

@@ -58,18 +58,6 @@ impl PoisonCause {
         PoisonCause::PeerExited,
         PoisonCause::PeerLost,
     ];
-
-    /// The cause of an error that ends a wait early, if it is one: only these poison.
-    pub(crate) fn of(kind: &crate::ErrorKind) -> Option<PoisonCause> {
-        use crate::ErrorKind as K;
-        match kind {
-            K::Timeout { .. } => Some(PoisonCause::Timeout),
-            K::Interrupted => Some(PoisonCause::Interrupted),
-            K::PeerExited { .. } => Some(PoisonCause::PeerExited),
-            K::PeerLost(_) => Some(PoisonCause::PeerLost),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for PoisonCause {
@@ -159,35 +147,6 @@ impl Poison {
             waited_for,
         })
     }
-
-    /// The record of `call` on `channel`, whose wait on `rank` ended with `error`, if
-    /// that error is one that ends a wait early.
-    pub(crate) fn of_failure(
-        call: &'static str,
-        channel: usize,
-        rank: usize,
-        error: &crate::Error,
-    ) -> Option<Poison> {
-        let cause = PoisonCause::of(error.kind())?;
-        let mut waited_for: Vec<usize> = match error.kind() {
-            crate::ErrorKind::Timeout { missing, .. } => missing.clone(),
-            crate::ErrorKind::PeerExited { rank, .. } => vec![*rank],
-            _ => Vec::new(),
-        };
-        if let Some(peer) = error.peer() {
-            if !waited_for.contains(&peer) {
-                waited_for.insert(0, peer);
-            }
-        }
-        waited_for.truncate(MAX_WAITED);
-        Some(Poison {
-            call,
-            channel,
-            rank,
-            cause,
-            waited_for,
-        })
-    }
 }
 
 impl fmt::Display for Poison {
@@ -249,38 +208,5 @@ mod tests {
         assert_eq!(back.channel, (1 << CHANNEL_BITS) - 1);
         assert_eq!(back.rank, 5);
         assert_eq!(back.waited_for, vec![2, 3, 4]);
-    }
-
-    #[test]
-    fn only_a_wait_that_ended_early_poisons() {
-        use crate::{Error, ErrorKind, Phase};
-        let timeout = Error::new(
-            Phase::Signal,
-            ErrorKind::Timeout {
-                missing: vec![2],
-                waited: std::time::Duration::from_secs(1),
-            },
-        )
-        .with_peer(2);
-        let poison = Poison::of_failure("barrier", 0, 1, &timeout).unwrap();
-        assert_eq!(poison.waited_for, vec![2]);
-        assert!(poison
-            .to_string()
-            .contains("barrier on channel 0 timed out on rank 1"));
-        let interrupted = Error::new(Phase::Signal, ErrorKind::Interrupted);
-        assert_eq!(
-            Poison::of_failure("broadcast", 3, 0, &interrupted).map(|p| p.cause),
-            Some(PoisonCause::Interrupted)
-        );
-        let bad = Error::invalid("channel 99 does not fit");
-        assert_eq!(Poison::of_failure("barrier", 99, 0, &bad), None);
-        let mismatch = Error::new(
-            Phase::Signal,
-            ErrorKind::Mismatch {
-                field: "op",
-                detail: String::new(),
-            },
-        );
-        assert_eq!(Poison::of_failure("all_to_all", 0, 0, &mismatch), None);
     }
 }

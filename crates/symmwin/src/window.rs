@@ -72,7 +72,7 @@ impl Drop for WindowInner {
 
 impl WindowInner {
     /// The record in this rank's poison mark of the window's pads, if set.
-    fn poisoned(&self) -> Option<crate::poison::Poison> {
+    fn poisoned(&self) -> Option<Poison> {
         let pads = self.pad.as_ref()?.layout(self.group.rank).ok()?;
         poison_marks::read(&pads)
     }
@@ -451,7 +451,7 @@ impl Window {
     /// `e` from `name` on `channel`: the window poisoned first when `e` ended a wait
     /// early and the pads have marks.
     fn poison_after(&self, name: &'static str, channel: usize, e: Error) -> Error {
-        let Some(poison) = Poison::of_failure(name, channel, self.rank(), &e) else {
+        let Some(poison) = e.poison_record(name, channel, self.rank()) else {
             return e;
         };
         let Some(pads) = self.pads().ok().filter(|p| p.mark(p.rank()).is_some()) else {

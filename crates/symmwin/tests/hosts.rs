@@ -102,8 +102,14 @@ fn signals_across_hosts_go_through_the_remote_backend() {
             window.wait_signal(prev, SignalOptions::channel(1)).unwrap();
         }
         window.barrier(SignalOptions::default()).unwrap();
-        // Nobody signals channel 2: a remote wait times out naming the peer.
         let far = (rank + 2) % world;
+        // The channel must fit the pad for a remote peer as for a local one.
+        assert!(window
+            .put_signal(far, SignalOptions::channel(1 << 20))
+            .is_err());
+        window.barrier(SignalOptions::channel(1)).unwrap();
+        // Nobody signals channel 2: a remote wait times out naming the peer, and the
+        // window is poisoned from then on (a late flag must not pair with a later call).
         let late = window
             .wait_signal(
                 far,
@@ -112,11 +118,8 @@ fn signals_across_hosts_go_through_the_remote_backend() {
             .unwrap_err();
         assert!(late.is_timeout(), "{late}");
         assert_eq!(late.peer(), Some(far));
-        // The channel must fit the pad for a remote peer as for a local one.
-        assert!(window
-            .put_signal(far, SignalOptions::channel(1 << 20))
-            .is_err());
-        window.barrier(SignalOptions::channel(1)).unwrap();
+        let refused = window.barrier(SignalOptions::channel(1)).unwrap_err();
+        assert!(refused.to_string().contains("poisoned"), "{refused}");
         got[0]
     });
     for (rank, got) in results.into_iter().enumerate() {

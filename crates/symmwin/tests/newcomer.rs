@@ -169,12 +169,16 @@ fn a_subgroup_timeout_names_the_group_and_global_ranks() {
         global_ranks: vec![1, 2],
     };
     let err = rendezvous_alone(spec, &config("sub", 200));
-    assert!(
-        err.starts_with(
-            "symmwin group \"pairs\" rank 0 (global rank 1) [gather]: timed out after 0.2"
-        ),
-        "{err}"
-    );
+    let head = "symmwin group \"pairs\" rank 0 (global rank 1) [gather]: timed out after ";
+    assert!(err.starts_with(head), "{err}");
+    // The limit counts from the call's start, the figure from the gather's own start
+    // (after publishing), so on a loaded machine it can read a little under 0.2 s.
+    let waited: f64 = err[head.len()..]
+        .split(' ')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1.0);
+    assert!((0.15..0.5).contains(&waited), "{err}");
     assert!(
         err.ends_with(" s waiting for group rank(s) [1] (global rank(s) [2])"),
         "{err}"

@@ -116,14 +116,22 @@ pub(crate) const CASES: &[Case] = &[
         &["does not fit a signal pad"],
     ),
     (
-        "wait_signal nobody answers",
+        "wait_signal nobody answers (on a pair of its own: the timeout poisons it)",
         |c| {
-            err(c.pair.windows[0].wait_signal(
+            let own = make_pair(&c.provider, &c.config);
+            let first = own.windows[0].wait_signal(
                 1,
                 SignalOptions::channel(5).timeout(Duration::from_millis(50)),
-            ))
+            );
+            let next = own.windows[1].barrier(SignalOptions::default());
+            format!("{} | then: {}", err(first), err(next))
         },
-        &["peer 1", "timed out after 0.05 s waiting for rank(s) [1]"],
+        &[
+            "peer 1",
+            "timed out after 0.05 s waiting for rank(s) [1]",
+            "now poisoned on every rank",
+            "then: symmwin rank 1 [signal]: this window is poisoned: wait_signal on channel 5",
+        ],
     ),
     (
         "barrier on a window without pads",
@@ -215,7 +223,8 @@ pub(crate) const CASES: &[Case] = &[
         },
         &[
             "ranks disagree on world: 2 on rank(s) [0]; 3 on rank(s) [1]",
-            "ranks disagree on version: 4 on rank(s) [0]; 99 on rank(s) [1]",
+            "ranks disagree on version: ",
+            " on rank(s) [0]; 99 on rank(s) [1]",
         ],
     ),
     (

@@ -292,6 +292,7 @@ pub(crate) fn signals(rank: usize, world: usize) -> String {
         window.put_signal(next, SignalOptions::channel(1)).unwrap();
         window.wait_signal(prev, SignalOptions::channel(1)).unwrap();
     }
+    let bad_channel = window.barrier(SignalOptions::channel(1 << 20)).unwrap_err();
     window.barrier(SignalOptions::default()).unwrap();
     // Pads are zero at rest once every signal has been consumed.
     let pads = window.pad_ptrs();
@@ -299,19 +300,22 @@ pub(crate) fn signals(rank: usize, world: usize) -> String {
     let own =
         unsafe { std::slice::from_raw_parts(pads[rank] as *const u32, window.pad_size() / 4) };
     let nonzero = own.iter().filter(|&&w| w != 0).count();
-    // A wait nobody answers times out and names the peer.
+    // A wait nobody answers times out naming the peer, unless a peer's same wait timed
+    // out first and poisoned the window; either way the next call is refused rather
+    // than paired with a stale post.
     let err = window
         .wait_signal(
             prev,
             SignalOptions::channel(2).timeout(Duration::from_millis(100)),
         )
         .unwrap_err();
-    let bad_channel = window.barrier(SignalOptions::channel(1 << 20)).unwrap_err();
-    window.barrier(SignalOptions::default()).unwrap();
+    let named = err.peer() == Some(prev) && err.is_timeout();
+    let first = named || matches!(err.kind(), ErrorKind::Poisoned(_));
+    let after = window.barrier(SignalOptions::default()).unwrap_err();
     format!(
-        "nonzero={nonzero} timeout_peer={:?} bad_channel={}",
-        err.peer(),
-        matches!(bad_channel.kind(), ErrorKind::InvalidArgument(_))
+        "nonzero={nonzero} timeout_named_or_refused={first} bad_channel={} then_poisoned={}",
+        matches!(bad_channel.kind(), ErrorKind::InvalidArgument(_)),
+        matches!(after.kind(), ErrorKind::Poisoned(_))
     )
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::layout::PadLayout;
-use crate::poison::Poison;
+use crate::poison::{Poison, PoisonCause};
 
 /// Bytes of one mark.
 pub(crate) const MARK_BYTES: usize = 16;
@@ -66,9 +66,18 @@ pub(crate) fn read(pads: &PadLayout) -> Option<Poison> {
     unsafe { read_at(own) }
 }
 
-/// The error of a call refused on a window poisoned by `poison`.
+/// The error of a call refused on a window poisoned by `poison`; where a peer's end
+/// caused it, that peer is the error's peer, as it is for the rank that saw it.
 pub(crate) fn refused(poison: Poison) -> Error {
-    Error::new(Phase::Signal, ErrorKind::Poisoned(Box::new(poison)))
+    let departed = match poison.cause {
+        PoisonCause::PeerExited | PoisonCause::PeerLost => poison.waited_for.first().copied(),
+        PoisonCause::Timeout | PoisonCause::Interrupted => None,
+    };
+    let error = Error::new(Phase::Signal, ErrorKind::Poisoned(Box::new(poison)));
+    match departed {
+        Some(peer) => error.with_peer(peer),
+        None => error,
+    }
 }
 
 /// Fail when `pads` are poisoned: what every call does first.

@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 use std::sync::Once;
 
-use crate::config::SETTINGS;
+use super::SETTINGS;
 
 /// Variables of the build and of the test suites, not read at run time: never a near
 /// miss, even when one looks like a setting.
