@@ -130,3 +130,18 @@ fn the_c_example_prints_the_last_error_when_a_call_fails() {
         "{output}"
     );
 }
+
+#[test]
+fn the_guide_links_with_the_makefiles_libraries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let makefile = std::fs::read_to_string(root.join("examples/c/Makefile")).unwrap();
+    let guide = std::fs::read_to_string(root.join("docs/c.md")).unwrap();
+    let libraries = makefile
+        .lines()
+        .find_map(|line| line.strip_prefix("LDLIBS += "))
+        .expect("the Makefile sets LDLIBS");
+    assert!(
+        guide.contains(libraries),
+        "docs/c.md's cc line does not link {libraries}"
+    );
+}
