@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu_*.sh and bench/run_device.sh: puts a symmwin wheel in a
+# Sourced by scripts/gpu_*.sh and bench/run_all.sh: puts a symmwin wheel in a
 # virtual environment of its own and that environment first on PATH, so `python3`,
 # `symmwin` and the tests run from the checkout use the installed wheel, not the
 # source tree. torch comes from the Python that makes the environment ($PYTHON, else

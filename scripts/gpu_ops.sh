@@ -15,7 +15,8 @@
 #   Default: rust gpu generic moe bench; name one or more to run only those.
 # Environment: BENCH=full runs the whole benchmark (every size, 5 repeats).
 #   OPS_K narrows the pytest stages to tests matching a pytest -k expression, e.g.
-#   OPS_K='not 4 and not 8' keeps worlds 1 to 3 (a short first pass on one GPU).
+#   OPS_K='not 4 and not 8' keeps worlds 1 to 3 (on one GPU, the worlds of 4 and 8
+#   ranks time-slice it and take the longest).
 set -u
 wheel="$(realpath "$1")"; mkdir -p "$2"; out="$(cd "$2" && pwd)"; shift 2
 bin="$(cd "$(dirname "$wheel")" && pwd)"

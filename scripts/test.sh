@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh checkout: set-up, lint, Rust tests (unit,
-# multi-process on host memory, doc tests), the committed C header, the C guide's
-# example, the torch backend built against the installed torch and its multi-process tests on host memory.
+# The whole test suite, from a fresh checkout: set-up, lint, the committed C header,
+# Rust tests (unit, multi-process on host memory, doc tests, and the C guide's example
+# built with make and run as two processes), the torch backend built against the
+# installed torch and its multi-process tests on host memory.
 # GPU tests run on a machine with GPUs (docs/gpu.md); here they are skipped.
 #
 # Python packages (torch if missing, pytest, ninja, and symmwin itself) go into a

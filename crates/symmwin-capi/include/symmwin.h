@@ -20,6 +20,14 @@
 #define SYMMWIN_ABI_VERSION 4
 
 /**
+ * The `pad_size` to pass to `symmwin_rendezvous` unless you need another: bytes of
+ * signal pad per rank, 32 channels x 72 ranks x 4 bytes (torch's default, what the
+ * ops and `symmwin_window_signal` expect). Any multiple of 4 is accepted, the same on
+ * every rank; 0 makes a window without pads (no barrier, no signals).
+ */
+#define SYMMWIN_DEFAULT_PAD_SIZE 9216
+
+/**
  * `symmwin_window_table_dev` table: `void*[world]`, every rank's buffer: this rank's
  * allocation, the peers' slots (torch's `buffer_ptrs`; also a
  * `symmwin_window_peer_ptr` kind).
@@ -555,7 +563,8 @@ SymmwinStatus symmwin_alloc_info(void *ptr, SymmwinAllocInfo *out);
  * (`store.identity`) with the same rank and world is a no-op (its store is
  * released); a call with another identity replaces the group registered under that
  * name (a process group destroyed and made again). `global_ranks` may be NULL
- * (identity). `timeout_ms` is the process group's own timeout (0: none); the group's
+ * (identity). `store` is a C callback store or one from `symmwin_file_store`.
+ * `timeout_ms` is the process group's own timeout (0: none); the group's
  * rendezvous and host-side waits use it unless `SYMMWIN_TIMEOUT_MS` is set. Takes
  * ownership of `store` in every case.
  *
@@ -607,7 +616,9 @@ int symmwin_group_exists(const char *name, int device);
 
 /**
  * Make (or find, if made before) the window of the allocation covering `ptr` on
- * group `name`. Collective on first use. `SYMMWIN_NOT_FOUND` if `ptr` is not ours.
+ * group `name`, with `pad_size` bytes of signal pad per rank
+ * (`SYMMWIN_DEFAULT_PAD_SIZE`, or 0 for none). Collective on first use.
+ * `SYMMWIN_NOT_FOUND` if `ptr` is not ours.
  *
  * # Safety
  * `name` is NULL or a NUL-terminated string. `out` is NULL or points to writable
@@ -963,6 +974,30 @@ SymmwinStatus symmwin_window_signal(const SymmwinWindow *w,
                                     int channel,
                                     uint64_t timeout_ms,
                                     void *stream);
+
+/**
+ * A store for `symmwin_group_init` in directory `dir`, shared by every rank of the
+ * group (created `0700` if missing; it must be private to this user, as it holds the
+ * tokens the ranks' sockets ask for). Give each job a fresh directory: requests an
+ * earlier, failed job left there are refused as stale. `symmwin_group_init` takes
+ * ownership; a store never given to it is freed with `symmwin_store_free`. symmwin
+ * reads the store directly: its callbacks other than `release` are NULL.
+ *
+ * # Safety
+ * `dir` is NULL or a NUL-terminated string. `out` is NULL or points to writable
+ * storage for the result.
+ */
+SymmwinStatus symmwin_file_store(const char *dir, SymmwinStore *out);
+
+/**
+ * Free a store that was not given to `symmwin_group_init` (calls its `release`),
+ * and empty `*store` so that a second free is a no-op. NULL is a no-op.
+ *
+ * # Safety
+ * `store` is NULL or points to a store whose callbacks honour the `SymmwinStore`
+ * contract and that no group owns.
+ */
+void symmwin_store_free(SymmwinStore *store);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -4,9 +4,10 @@ use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use symmwin::{Group, GroupSpec};
+use symmwin::{Group, GroupSpec, Store};
 
 use crate::args::str_arg;
+use crate::file_store;
 use crate::last_error::guard;
 use crate::setup::group_config;
 use crate::state::{provider, REGISTRY};
@@ -17,7 +18,8 @@ use crate::store::{self, SymmwinStore};
 /// (`store.identity`) with the same rank and world is a no-op (its store is
 /// released); a call with another identity replaces the group registered under that
 /// name (a process group destroyed and made again). `global_ranks` may be NULL
-/// (identity). `timeout_ms` is the process group's own timeout (0: none); the group's
+/// (identity). `store` is a C callback store or one from `symmwin_file_store`.
+/// `timeout_ms` is the process group's own timeout (0: none); the group's
 /// rendezvous and host-side waits use it unless `SYMMWIN_TIMEOUT_MS` is set. Takes
 /// ownership of `store` in every case.
 ///
@@ -35,7 +37,11 @@ pub unsafe extern "C" fn symmwin_group_init(
     timeout_ms: u64,
     store: SymmwinStore,
 ) -> SymmwinStatus {
-    let store = store::CallbackStore::new(store);
+    let identity = store.identity;
+    let store: Arc<dyn Store> = match file_store::take(&store) {
+        Some(file) => Arc::new(file),
+        None => Arc::new(store::CallbackStore::new(store)),
+    };
     guard(move || {
         // SAFETY: `name` is NULL or a NUL-terminated string (the contract).
         let name = unsafe { str_arg(name, "group name") }?;
@@ -59,7 +65,6 @@ pub unsafe extern "C" fn symmwin_group_init(
             // SAFETY: the caller passes `world` ints when the pointer is non-null.
             unsafe { std::slice::from_raw_parts(global_ranks, world) }.to_vec()
         };
-        let identity = store.identity();
         let group = REGISTRY.group_or_insert(name, device, identity, || {
             Group::new(
                 GroupSpec {
@@ -68,7 +73,7 @@ pub unsafe extern "C" fn symmwin_group_init(
                     world,
                     global_ranks: globals,
                 },
-                Arc::new(store),
+                store,
                 provider(device)?,
                 &group_config(timeout_ms)?,
             )

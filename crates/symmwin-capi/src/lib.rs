@@ -44,10 +44,13 @@ mod signal;
 
 mod store;
 
+mod file_store;
+
 // Every entry point is reachable from Rust too, for the ABI's own tests.
 pub use abi::*;
 pub use alloc::*;
 pub use diagnostics::*;
+pub use file_store::{symmwin_file_store, symmwin_store_free};
 pub use group::*;
 pub use interrupt::symmwin_set_interrupt_check;
 pub use last_error::symmwin_last_error;

@@ -128,7 +128,6 @@ impl Drop for Callbacks {
 pub(crate) struct CallbackStore {
     callbacks: RwLock<Option<Arc<Callbacks>>>,
     describe: Option<String>,
-    identity: u64,
 }
 
 impl CallbackStore {
@@ -140,14 +139,9 @@ impl CallbackStore {
                 .into_owned()
         });
         CallbackStore {
-            identity: store.identity,
             describe,
             callbacks: RwLock::new(Some(Arc::new(Callbacks(store)))),
         }
-    }
-
-    pub(crate) fn identity(&self) -> u64 {
-        self.identity
     }
 
     fn callbacks(&self) -> symmwin::Result<Arc<Callbacks>> {

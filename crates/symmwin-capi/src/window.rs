@@ -40,8 +40,19 @@ pub struct SymmwinWindowInfo {
     pub pad_size: usize,
 }
 
+/// The `pad_size` to pass to `symmwin_rendezvous` unless you need another: bytes of
+/// signal pad per rank, 32 channels x 72 ranks x 4 bytes (torch's default, what the
+/// ops and `symmwin_window_signal` expect). Any multiple of 4 is accepted, the same on
+/// every rank; 0 makes a window without pads (no barrier, no signals).
+pub const SYMMWIN_DEFAULT_PAD_SIZE: usize = 9216;
+
+// The header carries a literal (cbindgen reads no other crate): keep it the core's.
+const _: () = assert!(SYMMWIN_DEFAULT_PAD_SIZE == symmwin::DEFAULT_PAD_SIZE);
+
 /// Make (or find, if made before) the window of the allocation covering `ptr` on
-/// group `name`. Collective on first use. `SYMMWIN_NOT_FOUND` if `ptr` is not ours.
+/// group `name`, with `pad_size` bytes of signal pad per rank
+/// (`SYMMWIN_DEFAULT_PAD_SIZE`, or 0 for none). Collective on first use.
+/// `SYMMWIN_NOT_FOUND` if `ptr` is not ours.
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string. `out` is NULL or points to writable

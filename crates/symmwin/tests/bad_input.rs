@@ -61,11 +61,17 @@ fn every_bad_input_fails_clearly_leaks_nothing_and_spares_live_windows() {
         &[common::timeout_ms(1500), common::one_malloc_arena()],
     );
     common::assert_all_success(&outs);
-    eprintln!("{}", String::from_utf8_lossy(&outs[0].stderr));
+    let log = String::from_utf8_lossy(&outs[0].stderr);
+    eprintln!("{log}");
     let r = result(&outs[0]);
     assert!(r.ends_with("failed=[]"), "{r}");
     let cases: usize = common::field(&r, "cases").parse().unwrap();
     assert!(cases >= 20, "{r}");
+    // Cases this machine cannot set up, shown past the harness's capture.
+    for case in log.lines().filter_map(|l| l.strip_prefix("skip ")) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIP bad_input {case}");
+    }
 }
 
 // ------------------------------------------------------------------ the table runner
@@ -103,6 +109,10 @@ fn table() -> String {
         let (fds, maps) = (open_fds(), mappings());
         let maps_before = std::fs::read_to_string("/proc/self/maps").unwrap();
         let got = case(&ctx);
+        if let Some(why) = got.strip_prefix("SKIP ") {
+            eprintln!("skip case {i:2} {name}: {why}");
+            continue;
+        }
         symmwin::testing::window_cache::flush();
         let (fds1, maps1) = (open_fds(), mappings());
         if maps1 != maps {

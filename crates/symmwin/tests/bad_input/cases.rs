@@ -380,7 +380,7 @@ pub(crate) const CASES: &[Case] = &[
         "socket directory owned by another user",
         |c| {
             if !rustix::process::geteuid().is_root() {
-                return "skipped (needs root): is owned by uid".into();
+                return "SKIP needs root (to give a directory to another user)".into();
             }
             socket_dir_case(c, |d| {
                 std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)

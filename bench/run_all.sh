@@ -1,19 +1,22 @@
 #!/bin/bash
 # On a GPU machine, from the wheel (docs/gpu.md): the all-to-all examples (1 rank
-# bare, then one rank per GPU under torchrun) and bench/compare.py, all logs and
-# results under $OUT (default bench/results).
+# bare, then one rank per GPU under torchrun) and bench/compare.py, every log and
+# result in OUT_DIR (bench/results to update the committed tables).
 #
-#   bench/run_device.sh WHEEL [compare.py args]
+#   bench/run_all.sh WHEEL OUT_DIR [compare.py args]
 #
 # WHEEL is a symmwin-*.whl built where cargo is (scripts/build_gpu_ops_bins.sh DIR).
 set -u
-wheel="$(realpath "$1")"; shift
-OUT="$(mkdir -p "${OUT:-bench/results}" && cd "${OUT:-bench/results}" && pwd)"
+if [ $# -lt 2 ]; then
+  echo "usage: bench/run_all.sh WHEEL OUT_DIR [compare.py args]" >&2
+  exit 2
+fi
+wheel="$(realpath "$1")"; mkdir -p "$2"; out="$(cd "$2" && pwd)"; shift 2
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
-gpu_use_wheel "$wheel" >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+gpu_use_wheel "$wheel" >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export SYMMWIN_JIT_DIR="${SYMMWIN_JIT_DIR:-$OUT/jit}"
+export SYMMWIN_JIT_DIR="${SYMMWIN_JIT_DIR:-$out/jit}"
 NPROC=$(python3 -c "import torch; print(torch.cuda.device_count())")
 SECOND_GPU=$((NPROC > 1 ? 1 : 0))
 
@@ -28,11 +31,11 @@ SECOND_GPU=$((NPROC > 1 ? 1 : 0))
   echo "cuda_push: $((SECONDS - t0)) s"
   python3 -m torch.distributed.run --standalone --nproc_per_node="$NPROC" examples/all2all/triton_push.py 2>&1
   echo "triton_push: $((SECONDS - t0)) s"
-} 2>&1 | tee "$OUT/examples.log" | grep -E "OK|WRONG|GB/s|passed|failed|Error|error|bare runs|: [0-9]+ s" | grep -v "^.*OK$" | head -60
-grep -c " OK" "$OUT/examples.log" | sed 's/^/example checks OK: /'
+} 2>&1 | tee "$out/examples.log" | grep -E "OK|WRONG|GB/s|passed|failed|Error|error|bare runs|: [0-9]+ s" | grep -v "^.*OK$" | head -60
+grep -c " OK" "$out/examples.log" | sed 's/^/example checks OK: /'
 
-python3 bench/compare.py --out "$OUT" --raw "$OUT/raw" --nproc "$NPROC" "$@" >"$OUT/compare.stdout" 2>&1
+python3 bench/compare.py --out "$out" --raw "$out/raw" --nproc "$NPROC" "$@" >"$out/compare.stdout" 2>&1
 rc=$?
-grep -E "^== " "$OUT/compare.stdout"
+grep -E "^== " "$out/compare.stdout"
 echo "compare.py rc=$rc"
-cat "$OUT/results.md" 2>/dev/null || tail -40 "$OUT/compare.stdout"
+cat "$out/results.md" 2>/dev/null || tail -40 "$out/compare.stdout"
