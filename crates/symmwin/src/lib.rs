@@ -55,6 +55,7 @@ mod peer_watch;
 mod poison;
 mod private_dir;
 mod probe;
+mod process_start;
 mod protocol;
 mod provider;
 mod registry;

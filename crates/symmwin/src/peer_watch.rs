@@ -45,6 +45,8 @@ pub trait ExitMarks: Send + Sync {
 struct Entry {
     /// `None` where the kernel has no pidfds: checked by `kill(pid, 0)` instead.
     pidfd: Option<Arc<OwnedFd>>,
+    /// The process was running when the watch began.
+    seen_alive: bool,
     watchers: usize,
     /// How it ended, and when among the ends this process saw ([`next_end`]).
     exit: Option<(u64, PeerExit)>,
@@ -248,6 +250,12 @@ pub fn register(pids: Vec<u32>) -> Registered {
     }
 }
 
+/// Whether `pid` is watched and was running when its watch began (a process a
+/// rendezvous saw during a call, not one gone before it).
+pub(crate) fn seen_alive(pid: u32) -> bool {
+    started().is_some_and(|w| entries(w).get(&pid).is_some_and(|e| e.seen_alive))
+}
+
 /// How `pid` ended, if it is watched and has ended.
 pub fn exit_of(pid: u32) -> Option<PeerExit> {
     ended_at(pid).map(|(_, exit)| exit)
@@ -264,15 +272,20 @@ fn open(pid: u32) -> Entry {
     let raw = i32::try_from(pid).ok().and_then(Pid::from_raw);
     let mut entry = Entry {
         pidfd: None,
+        seen_alive: false,
         watchers: 0,
         exit: None,
     };
     match raw.map(|p| rustix::process::pidfd_open(p, PidfdFlags::empty())) {
-        Some(Ok(fd)) => entry.pidfd = Some(Arc::new(fd)),
+        Some(Ok(fd)) => {
+            entry.pidfd = Some(Arc::new(fd));
+            entry.seen_alive = true;
+        }
         Some(Err(rustix::io::Errno::SRCH)) | None => {
             entry.exit = Some((next_end(), ended(pid, None)));
         }
-        Some(Err(_)) => {} // no pidfds here: the fallback check
+        // No pidfds here: the fallback check.
+        Some(Err(_)) => entry.seen_alive = !gone(pid),
     }
     entry
 }

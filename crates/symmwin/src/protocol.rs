@@ -3,4 +3,4 @@
 //! builds either speak all of it alike or are told apart at the gather.
 
 /// Bumped whenever the request format, the message layout or the protocol changes.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;

@@ -157,6 +157,9 @@ fn sample_request(rank: usize) -> Request {
         pad_scrub: vec![],
         foreign_calls: 0,
         pid: 10 + rank as u32,
+        start_time: 0,
+        written_at_ms: 0,
+        remote_transport: false,
         uid: 1000,
         host: "h".into(),
         locality: symmwin::testing::Locality {

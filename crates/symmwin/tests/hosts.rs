@@ -8,13 +8,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::hosts::{spanning, spanning_in, Mailbox};
+use common::hosts::{spanning, spanning_in, Mailbox, MailboxPeers};
 use symmwin::{Allocation, ErrorKind, Group, MemoryStore, SignalOptions, Store};
 
 #[test]
 fn peers_of_other_hosts_are_not_mapped_and_cost_nothing() {
     let hosts = ["a", "a", "b", "b"];
-    let results = spanning("pattern", &hosts, None, |rank, group| {
+    let mailbox = Arc::new(Mailbox::default());
+    let results = spanning("pattern", &hosts, Some(&mailbox), |rank, group| {
         let (_alloc, window) = tagged_window(rank, &group);
         let layout = window.layout();
         let partner = rank ^ 1;
@@ -69,11 +70,17 @@ fn tagged_window(rank: usize, group: &Group) -> (Allocation, symmwin::Window) {
 
 #[test]
 fn one_host_per_rank_maps_only_itself() {
-    let results = spanning("alone", &["w", "x", "y", "z"], None, |_, group| {
-        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
-        let window = group.rendezvous(&alloc).unwrap();
-        (window.mapped_ranks(), group.exchange_counts().sent)
-    });
+    let mailbox = Arc::new(Mailbox::default());
+    let results = spanning(
+        "alone",
+        &["w", "x", "y", "z"],
+        Some(&mailbox),
+        |_, group| {
+            let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+            let window = group.rendezvous(&alloc).unwrap();
+            (window.mapped_ranks(), group.exchange_counts().sent)
+        },
+    );
     for (rank, (mapped, sent)) in results.into_iter().enumerate() {
         assert_eq!(mapped, vec![rank]);
         assert_eq!(sent, 0, "no handle leaves a rank that has no local peer");
@@ -130,23 +137,43 @@ fn signals_across_hosts_go_through_the_remote_backend() {
 }
 
 #[test]
-fn a_spanning_barrier_without_a_backend_is_a_clear_error() {
-    let results = spanning("nobackend", &["a", "b"], None, |_, group| {
+fn a_group_spanning_hosts_without_a_backend_is_refused_alike_at_the_rendezvous() {
+    let mailbox = Arc::new(Mailbox::default());
+    let results = spanning("nobackend", &["a", "a", "b"], None, |rank, group| {
+        let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
+        let err = group.rendezvous(&alloc).unwrap_err();
+        // Refused alike, so the group is still in step: with a backend on every rank
+        // the next rendezvous works.
+        group.set_remote_peers(Arc::new(MailboxPeers::new(rank, mailbox.clone())));
         let alloc = Allocation::new(group.provider().clone(), 4096).unwrap();
         let window = group.rendezvous(&alloc).unwrap();
-        window.barrier(SignalOptions::default()).unwrap_err()
+        window.barrier(SignalOptions::default()).unwrap();
+        err
     });
     for (rank, err) in results.into_iter().enumerate() {
         assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
-        assert_eq!(err.peer(), Some(1 - rank));
-        assert!(err.to_string().contains("process-group backend"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("symmwin rank {rank} [gather]")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "group \"nobackend\" spans hosts and rank(s) [0, 1, 2] have no process-group \
+                 backend to reach the ranks they cannot map (rank 0 cannot map [2]; rank 1 \
+                 cannot map [2]; rank 2 cannot map [0, 1]"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Group::set_remote_peers"), "{text}");
     }
 }
 
 #[test]
 fn windows_of_spanning_groups_tear_down_in_any_order() {
     let hosts = ["a", "a", "b", "b"];
-    let left = spanning("teardown", &hosts, None, |rank, group| {
+    let mailbox = Arc::new(Mailbox::default());
+    let left = spanning("teardown", &hosts, Some(&mailbox), |rank, group| {
         let mut windows = Vec::new();
         for i in 0..8 {
             let alloc = Allocation::new(group.provider().clone(), 4096 * (1 + i % 3)).unwrap();
@@ -168,15 +195,22 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
     let size = 3 * 4096;
     let key =
         |seq: u64, rank: usize| symmwin::testing::Namespace::new("nocache").request(seq, rank);
-    let results = spanning_in(store.clone(), "nocache", &hosts, None, |_, group| {
-        let mut reused = Vec::new();
-        for _ in 0..3 {
-            let alloc = Allocation::new(group.provider().clone(), size).unwrap();
-            reused.push(alloc.is_reused());
-            drop(group.rendezvous(&alloc).unwrap());
-        }
-        reused
-    });
+    let mailbox = Arc::new(Mailbox::default());
+    let results = spanning_in(
+        store.clone(),
+        "nocache",
+        &hosts,
+        Some(&mailbox),
+        |_, group| {
+            let mut reused = Vec::new();
+            for _ in 0..3 {
+                let alloc = Allocation::new(group.provider().clone(), size).unwrap();
+                reused.push(alloc.is_reused());
+                drop(group.rendezvous(&alloc).unwrap());
+            }
+            reused
+        },
+    );
     // Windows with unmapped slots are freed at once, never parked, never taken back.
     assert!(results.iter().flatten().all(|&r| !r), "{results:?}");
     assert_eq!(symmwin::testing::window_cache::counts(), (0, 0));

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "layout",
             "peer_exit",
             "peer_watch",
+            "process_start",
             "config",
             "logging",
             "debug_free",

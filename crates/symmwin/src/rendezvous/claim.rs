@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
+use crate::process_start::{liveness, Liveness};
 use crate::rendezvous::request::Request;
 use crate::store;
 
@@ -64,9 +65,14 @@ fn duplicate_key(shared: &GroupShared, seq: u64) -> String {
     shared.namespace.duplicate(seq, shared.rank)
 }
 
-/// After a failed rendezvous: replace a timeout or a lost peer by its cause when the
-/// store shows one (our own key overwritten, or a peer's request from a dead pid).
-pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
+/// After a failed rendezvous that began at `call_started_ms`: replace a timeout or a
+/// lost peer by its cause when the store shows one (our own key overwritten, or a
+/// peer's request left by a process gone before the call began: a stale store), and
+/// name a peer whose process died during the call as exited, whatever ended our wait.
+pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error, call_started_ms: u64) -> Error {
+    if let Some(exited) = exit_behind_notice(shared, &error) {
+        return exited;
+    }
     if !matches!(
         error.kind(),
         ErrorKind::Timeout { .. } | ErrorKind::PeerLost(_) | ErrorKind::PeerExited { .. }
@@ -83,25 +89,68 @@ pub(crate) fn explain(shared: &GroupShared, seq: u64, error: Error) -> Error {
     }
     let marker = duplicate_key(shared, seq);
     if let Some(pid) = lookup(&marker).and_then(|v| String::from_utf8(v).ok()?.parse().ok()) {
-        let found = Found { pid, alive: true };
+        let found = Found {
+            pid,
+            alive: true,
+            written_at_ms: 0,
+        };
         return blame(shared, &found, shared.rank, error.phase());
     }
     if let Some(peer) = error.peer() {
         let key = shared.namespace.request(seq, peer);
         if let Some(found) = lookup(&key).and_then(|b| other_request(shared, &key, peer, &b)) {
-            if !found.alive {
+            if !found.alive && found.gone_before(call_started_ms) {
                 return blame(shared, &found, peer, error.phase());
+            }
+            if !found.alive {
+                return died(error, peer, found.pid);
             }
         }
     }
     error
 }
 
+/// A peer's notice that it gave the call up naming a rank that we saw exit: that exit,
+/// so that every survivor reports the death, whether it saw it or heard of it first.
+fn exit_behind_notice(shared: &GroupShared, error: &Error) -> Option<Error> {
+    if !matches!(error.kind(), ErrorKind::OutOfStep { .. }) {
+        return None;
+    }
+    shared.peer_set().exit_error(error.phase(), error.peer()?)
+}
+
+/// `error`, as the exit of rank `peer` (process `pid`) it ended with.
+fn died(error: Error, peer: usize, pid: u32) -> Error {
+    if matches!(error.kind(), ErrorKind::PeerExited { rank, .. } if *rank == peer) {
+        return error;
+    }
+    let how = crate::peer_watch::exit_of(pid).map_or_else(|| "exited".to_owned(), |e| e.how);
+    let kind = ErrorKind::PeerExited {
+        rank: peer,
+        pid,
+        how,
+    };
+    Error::new(error.phase(), kind).with_peer(peer)
+}
+
 /// A request under `key` written by a process other than this one.
 struct Found {
     pid: u32,
-    /// False only when the pid is of our kernel and pid namespace and certainly gone.
+    /// False only when the request comes from our kernel and pid namespace and no
+    /// process with its pid, start time and uid runs any more.
     alive: bool,
+    /// When the request was written (milliseconds since the epoch).
+    written_at_ms: u64,
+}
+
+impl Found {
+    /// Whether a writer that is gone was gone before a call that began at
+    /// `call_started_ms`: it wrote before the call began and was never seen running
+    /// by this process's peer watcher. A writer seen running, or one that wrote during
+    /// the call, is a rank that died in it.
+    fn gone_before(&self, call_started_ms: u64) -> bool {
+        self.written_at_ms < call_started_ms && !crate::peer_watch::seen_alive(self.pid)
+    }
 }
 
 /// The writer of `bytes` (read from `key`), unless it is this process.
@@ -113,25 +162,12 @@ fn other_request(shared: &GroupShared, key: &str, rank: usize, bytes: &[u8]) -> 
     if same_pids && request.pid == std::process::id() {
         return None;
     }
-    let alive = !same_pids || pid_alive(request.pid);
+    let liveness = || liveness(request.pid, request.start_time, request.uid);
     Some(Found {
         pid: request.pid,
-        alive,
+        alive: !same_pids || liveness() != Liveness::Gone,
+        written_at_ms: request.written_at_ms,
     })
-}
-
-fn pid_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    // EPERM means the process exists under another user.
-    !matches!(
-        rustix::process::test_kill_process(pid),
-        Err(rustix::io::Errno::SRCH)
-    )
 }
 
 fn blame(shared: &GroupShared, found: &Found, rank: usize, phase: Phase) -> Error {
@@ -142,7 +178,8 @@ fn blame(shared: &GroupShared, found: &Found, rank: usize, phase: Phase) -> Erro
     let kind = if !found.alive {
         ErrorKind::Store(format!(
             "stale request from pid {} in {store}: use a fresh store (rank {rank}'s key \
-             was written by a process that is gone: an earlier job, or rank {rank} died)",
+             was written before this call began by a process that is gone: an earlier \
+             job's, or rank {rank} died before this rank came)",
             found.pid
         ))
     } else {

@@ -1,8 +1,9 @@
 //! A rendezvous that failed here: the group is out of step from that call on, and
 //! the peers are told so (see [`crate::exchange::GaveUp`]).
 //!
-//! Only a verdict every rank reaches from the same requests (they disagree, so each
-//! rank refuses the call) leaves the group in step: every other failure is local to
+//! Only a verdict every rank reaches from the same requests (they disagree, or a rank
+//! cannot reach a peer it cannot map, so each rank refuses the call) leaves the group
+//! in step: every other failure is local to
 //! this rank (its deadline, its arguments, a step that failed here), and a peer may
 //! have completed the same call, or may complete it from our queued message.
 
@@ -13,7 +14,11 @@ use crate::group::{GroupShared, GroupState, OutOfStep};
 /// Whether every rank that took part reached the verdict `error` from the same set of
 /// requests, so that the group is still in step after it.
 pub(super) fn settled_alike(error: &Error) -> bool {
-    matches!(error.kind(), ErrorKind::Mismatch { .. }) && error.phase() == Phase::Gather
+    // Both kinds come, in the gather, only from `request::validate`.
+    matches!(
+        error.kind(),
+        ErrorKind::Mismatch { .. } | ErrorKind::Unsupported(_)
+    ) && error.phase() == Phase::Gather
 }
 
 /// Our last rendezvous failed with `error`: mark the group out of step, tell every

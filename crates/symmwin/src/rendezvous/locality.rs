@@ -159,20 +159,30 @@ impl Reach {
 /// only side effect is the warning of [`warn_pid_namespaces_once`].
 pub fn decide(localities: &[&Locality], me: usize, handle_type: HandleType) -> Vec<Reach> {
     let mine = localities[me];
+    let reach = reach_of(localities, me, handle_type);
+    for (rank, how) in reach.iter().enumerate() {
+        let theirs = localities[rank];
+        let apart = !matches!(how, Reach::Own | Reach::Socket);
+        if apart && mine.shares_all_but_pid_namespace(theirs) {
+            warn_pid_namespaces_once(me, rank, mine, theirs);
+        }
+    }
+    reach
+}
+
+/// [`decide`] for any rank `me`, without its warning: what every rank computes of
+/// every other, e.g. to check that each can reach the ranks it cannot map.
+pub(crate) fn reach_of(localities: &[&Locality], me: usize, handle_type: HandleType) -> Vec<Reach> {
+    let mine = localities[me];
     localities
         .iter()
         .enumerate()
         .map(|(rank, theirs)| {
             if rank == me {
-                return Reach::Own;
-            }
-            if mine.shares_kernel_and_sockets(theirs) {
-                return Reach::Socket;
-            }
-            if mine.shares_all_but_pid_namespace(theirs) {
-                warn_pid_namespaces_once(me, rank, mine, theirs);
-            }
-            if handle_type == HandleType::Fabric && mine.shares_fabric(theirs) {
+                Reach::Own
+            } else if mine.shares_kernel_and_sockets(theirs) {
+                Reach::Socket
+            } else if handle_type == HandleType::Fabric && mine.shares_fabric(theirs) {
                 Reach::Store
             } else {
                 Reach::Unmapped

@@ -80,7 +80,11 @@ impl Rendezvous<'_> {
         self.clock.lap(Step::Gather);
         if self.state.watched.is_none() {
             let mut pids = vec![0; self.shared.world];
-            for &r in &plan.targets {
+            for &r in plan
+                .targets
+                .iter()
+                .filter(|&&r| still_its(&gathered.requests[r]))
+            {
                 pids[r] = gathered.peers[r].pid;
             }
             let registered = crate::peer_watch::register(pids);
@@ -343,4 +347,14 @@ fn map_slots(
             e.with_peer(owner)
         }
     })
+}
+
+/// Whether the pid of `request` may be watched for its writer: unless another process
+/// runs under it now (the writer is gone and its pid reused), whose exit would be
+/// taken for the writer's and whose life would hide the writer's death. A writer gone
+/// with no successor is watched, and so marked ended at once.
+fn still_its(request: &Request) -> bool {
+    use crate::process_start::{liveness, start_time, Liveness};
+    liveness(request.pid, request.start_time, request.uid) != Liveness::Gone
+        || start_time(request.pid).is_err()
 }

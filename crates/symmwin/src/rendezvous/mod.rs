@@ -1,7 +1,8 @@
 //! Rendezvous: publish a request, check that every rank agrees, exchange handles,
 //! import, and map every rank's memory into one flat span.
 //!
-//! The steps, in order, each in its own module: publish and gather-and-validate
+//! The steps, in order, each in its own module: say this rank has started the group's
+//! first rendezvous (`join`), publish and gather-and-validate
 //! (`publish`; over the sockets instead once the ranks know each other's, `direct`),
 //! take a released window over (`reuse`) or map own memory, exchange handles, import
 //! and map peers (`map`, `import`), retire keys (`retire`), then claim a signal-pad
@@ -13,6 +14,7 @@ mod clock;
 mod direct;
 mod give_up;
 mod import;
+mod join;
 pub mod locality;
 mod map;
 mod pads;

@@ -46,6 +46,9 @@ pub(super) fn request(shared: &GroupShared, state: &GroupState, ask: Ask<'_>) ->
             .foreign_calls
             .load(std::sync::atomic::Ordering::Relaxed),
         pid: std::process::id(),
+        start_time: crate::process_start::own_start_time(),
+        written_at_ms: crate::process_start::now_ms(),
+        remote_transport: shared.remote_peers().is_some(),
         uid: rustix::process::getuid().as_raw(),
         host: shared.host.clone(),
         locality: shared.locality.clone(),
@@ -76,18 +79,19 @@ pub(super) fn publish(
 }
 
 /// Wait for every rank's request of rendezvous `seq` (ours is `encoded`) until the
-/// deadline, calling the `until` check meanwhile (its error ends the wait); decode and
-/// validate them: the keys and the requests, in rank order.
+/// deadline, asking `looks` meanwhile (its error ends the wait); decode and validate
+/// them: the keys and the requests, in rank order.
 pub(super) fn gather_requests(
     shared: &GroupShared,
     seq: u64,
     encoded: Vec<u8>,
-    until: (Instant, impl FnMut() -> Result<()>),
+    (deadline, looks): (Instant, &mut impl store::GatherLooks),
 ) -> Result<(Vec<String>, Vec<Request>)> {
     let keys: Vec<String> = (0..shared.world)
         .map(|r| shared.namespace.request(seq, r))
         .collect();
-    let values = store::gather_by(&shared.store, keys.clone(), (shared.rank, encoded), until)?;
+    let own = (shared.rank, encoded);
+    let values = store::gather_by(&shared.store, keys.clone(), own, deadline, looks)?;
     let requests = values
         .iter()
         .enumerate()
@@ -199,7 +203,9 @@ mod tests {
         let ours = publish_one(&zero, &alloc, 100);
         publish_one(&one, &alloc, size_one);
         let deadline = Instant::now() + Duration::from_secs(5);
-        let gathered = gather_requests(&zero.shared, 0, ours, (deadline, || Ok(())));
+        let mut looks = crate::rendezvous::join::Joins::new(&zero.shared, 0, 0);
+        let gathered = gather_requests(&zero.shared, 0, ours, (deadline, &mut looks));
+        drop(looks);
         (one, gathered)
     }
 

@@ -52,6 +52,23 @@ pub struct Request {
     pub foreign_calls: u64,
     /// Publishing process.
     pub pid: u32,
+    // The fields below are new in protocol 6: defaulted, so that a request of an
+    // older build decodes and the version check names the difference.
+    /// Its start time in clock ticks since boot (0: unknown): with `pid`, the boot
+    /// id and the pid namespace in `locality`, what tells it from a later process
+    /// given the same pid.
+    #[serde(default)]
+    pub start_time: u64,
+    /// When it wrote this request (milliseconds since the epoch): a request written
+    /// before a peer's call began, by a process gone when that peer first looks, is
+    /// stale (an earlier job's); one written during the call is a rank that died.
+    #[serde(default)]
+    pub written_at_ms: u64,
+    /// Whether it has a process-group backend for peers it cannot map
+    /// ([`crate::Group::set_remote_peers`]): a group spanning hosts needs one on every
+    /// rank, which every rank checks from the requests before any handle moves.
+    #[serde(default)]
+    pub remote_transport: bool,
     /// Its uid.
     pub uid: u32,
     /// Its host name (for messages only: locality decides who maps whom).
@@ -86,6 +103,9 @@ impl std::fmt::Debug for Request {
             .field("pad_scrub", &self.pad_scrub)
             .field("foreign_calls", &self.foreign_calls)
             .field("pid", &self.pid)
+            .field("start_time", &self.start_time)
+            .field("written_at_ms", &self.written_at_ms)
+            .field("remote_transport", &self.remote_transport)
             .field("uid", &self.uid)
             .field("host", &self.host)
             .field("locality", &self.locality)
@@ -167,7 +187,15 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     if requests.is_empty() {
         return Err(Error::invalid("no requests to validate"));
     }
-    agree(requests, "version", |r| r.version)?;
+    agree(requests, "version", |r| r.version).map_err(|mut e| {
+        if let ErrorKind::Mismatch { detail, .. } = e.kind_mut() {
+            detail.push_str(
+                " (the ranks run symmwin builds that speak different rendezvous protocols: \
+                 install the same symmwin release on every rank)",
+            );
+        }
+        e
+    })?;
     agree(requests, "group", |r| r.group.as_str())?;
     agree(requests, "seq", |r| r.seq)?;
     agree(requests, "world", |r| r.world)?;
@@ -200,7 +228,63 @@ pub fn validate(requests: &[Request]) -> Result<()> {
             },
         ));
     }
-    Ok(())
+    check_reachable(requests)
+}
+
+/// Check that every rank reaches the ranks it cannot map (other hosts): each rank with
+/// such a peer, and that peer, needs a process-group backend. Every rank reaches the
+/// same verdict from the same requests, before any handle moves, so that a group
+/// spanning hosts without one fails its first rendezvous on every rank instead of its
+/// first barrier.
+fn check_reachable(requests: &[Request]) -> Result<()> {
+    let lacking: Vec<usize> = (0..requests.len())
+        .filter(|&r| !requests[r].remote_transport)
+        .collect();
+    let localities: Vec<&Locality> = requests.iter().map(|r| &r.locality).collect();
+    let one_host = localities
+        .iter()
+        .all(|l| localities[0].shares_kernel_and_sockets(l));
+    if lacking.is_empty() || one_host {
+        return Ok(());
+    }
+    let handle_type = requests[0].handle_type;
+    let mut cut_off: Vec<(usize, Vec<usize>)> = Vec::new();
+    for &rank in &lacking {
+        let reach = super::locality::reach_of(&localities, rank, handle_type);
+        let far: Vec<usize> = (0..reach.len())
+            .filter(|&r| !reach[r].is_mapped())
+            .collect();
+        if !far.is_empty() {
+            cut_off.push((rank, far));
+        }
+    }
+    if cut_off.is_empty() {
+        return Ok(());
+    }
+    const LISTED: usize = 4;
+    let without: Vec<usize> = cut_off.iter().map(|(rank, _)| *rank).collect();
+    let mut pairs: Vec<String> = cut_off
+        .iter()
+        .take(LISTED)
+        .map(|(rank, far)| format!("rank {rank} cannot map {}", crate::text::ranks(far)))
+        .collect();
+    if cut_off.len() > LISTED {
+        pairs.push(format!("... {} more", cut_off.len() - LISTED));
+    }
+    Err(Error::new(
+        Phase::Gather,
+        ErrorKind::Unsupported(format!(
+            "group {} spans hosts and rank(s) {} have no process-group backend to reach the \
+             ranks they cannot map ({}: another host, kernel, socket directory, pid \
+             namespace or SYMMWIN_HOST_ID), so no window of it could signal across its \
+             hosts; give every rank one before its first rendezvous (torch's adapter does; \
+             with the Rust API call Group::set_remote_peers, with the C ABI \
+             symmwin_group_set_remote), or run the ranks where they can map each other",
+            crate::text::debug_clipped(&requests[0].group),
+            crate::text::ranks(&without),
+            pairs.join("; "),
+        )),
+    ))
 }
 
 #[cfg(test)]
@@ -226,6 +310,9 @@ mod tests {
             pad_scrub: vec![],
             foreign_calls: 0,
             pid: 1,
+            start_time: 0,
+            written_at_ms: 0,
+            remote_transport: false,
             uid: 0,
             host: "h".into(),
             locality: Locality {
@@ -289,5 +376,36 @@ mod tests {
         assert_eq!(Request::decode("k", 1, &bytes).unwrap(), reqs[1]);
         assert!(Request::decode("k", 2, &bytes).is_err());
         assert!(Request::decode("k", 2, b"{garbage").is_err());
+    }
+
+    #[test]
+    fn ranks_that_cannot_reach_the_ranks_they_cannot_map_are_refused_alike() {
+        let mut reqs: Vec<_> = (0..3).map(|r| request(r, 100)).collect();
+        validate(&reqs).unwrap();
+        reqs[2].locality.host_id = "b".into();
+        let err = validate(&reqs).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Unsupported(_)), "{err}");
+        assert_eq!(err.phase(), Phase::Gather);
+        let text = err.to_string();
+        assert!(
+            text.contains("rank(s) [0, 1, 2] have no process-group backend"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank 0 cannot map [2]; rank 1 cannot map [2]; rank 2 cannot map [0, 1]"),
+            "{text}"
+        );
+        // A backend on one side only: the other side still cannot reach it.
+        reqs[2].remote_transport = true;
+        let text = validate(&reqs).unwrap_err().to_string();
+        assert!(text.contains("rank(s) [0, 1] have no"), "{text}");
+        assert!(
+            text.contains("rank 0 cannot map [2]; rank 1 cannot map [2] ("),
+            "{text}"
+        );
+        for r in &mut reqs {
+            r.remote_transport = true;
+        }
+        validate(&reqs).unwrap();
     }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::claim;
 use super::clock::{PhaseClock, Step};
 use super::give_up;
+use super::join;
 use super::publish::{self, Ask, PadAsk};
 use super::request::Request;
 use super::retire::{self, KeysDone};
@@ -16,12 +17,16 @@ use crate::exchange::{Endpoint, Offer, PeerAddress};
 use crate::group::{GroupShared, GroupState};
 use crate::layout::FlatLayout;
 use crate::provider::{SharedHandle, Span};
+use crate::store;
 
 /// A rendezvous in progress: what every step reads and the clock each one marks.
 pub(super) struct Rendezvous<'a> {
     pub(super) shared: &'a Arc<GroupShared>,
     pub(super) state: &'a mut GroupState,
     pub(super) clock: PhaseClock,
+    /// When the call began (milliseconds since the epoch): a peer's key written
+    /// since, by a process gone now, is a rank that died in the call, not a stale one.
+    pub(super) call_started_ms: u64,
 }
 
 /// What a finished exchange produced.
@@ -54,6 +59,7 @@ impl<'a> Rendezvous<'a> {
             shared,
             state,
             clock: PhaseClock::start(),
+            call_started_ms: crate::process_start::now_ms(),
         }
     }
 
@@ -77,6 +83,14 @@ impl<'a> Rendezvous<'a> {
         }
         let seq = self.state.next_seq;
         self.state.next_seq += 1;
+        if seq == 0 {
+            // Before anything else of the group's first rendezvous, so that a peer can
+            // name us if we leave before publishing our request. It goes with our
+            // earlier keys, once every rank's request of this call is in.
+            let deadline = Instant::now() + self.shared.timeout;
+            let key = join::publish(self.shared, deadline)?;
+            self.state.stale_keys.push(key);
+        }
         let offer = own.offer(self.shared);
         let own_key = self.shared.namespace.request(seq, self.shared.rank);
         self.clock.restart();
@@ -90,13 +104,18 @@ impl<'a> Rendezvous<'a> {
         };
         let (encoded, deadline) = self.publish(ask, &own_key)?;
         let mut gathered = false;
-        let heard = heard_give_up(self.shared, &mut self.state.endpoint, seq);
-        let result = publish::gather_requests(self.shared, seq, encoded, (deadline, heard))
-            .and_then(|(keys, requests)| {
-                gathered = true;
-                let ours = (offer, handle);
-                self.make_window(&own, ours, seq, keys, requests)
-            });
+        let requests = {
+            let mut looks = GatherLooks {
+                heard: heard_give_up(self.shared, &mut self.state.endpoint, seq),
+                joins: join::Joins::new(self.shared, seq, self.call_started_ms),
+            };
+            publish::gather_requests(self.shared, seq, encoded, (deadline, &mut looks))
+        };
+        let result = requests.and_then(|(keys, requests)| {
+            gathered = true;
+            let ours = (offer, handle);
+            self.make_window(&own, ours, seq, keys, requests)
+        });
         // A rank that gives up takes back all it wrote (peers that still need it fail
         // that call anyway: see `give_up`), so no key outlives a call it gave up. A
         // disagreement is no giving up: slower peers read our request to refuse alike.
@@ -106,9 +125,10 @@ impl<'a> Rendezvous<'a> {
             own: result.as_ref().is_ok_and(|e| e.cacheable) || gave_up,
         };
         retire::retire_keys(self.shared, &mut self.state.stale_keys, Some(own_key), done);
+        let call_started_ms = self.call_started_ms;
         result.map_err(|e| match self.peer_gave_up(seq, &e) {
             Some(notice) => notice,
-            None => claim::explain(self.shared, seq, e),
+            None => claim::explain(self.shared, seq, e, call_started_ms),
         })
     }
 
@@ -202,6 +222,28 @@ impl<'a> Rendezvous<'a> {
             peers,
         };
         self.trade_and_map(own, ours, gathered)
+    }
+}
+
+/// What the gather of a rendezvous looks at while it waits: give-up notices, and the
+/// missing ranks' join records and exits.
+struct GatherLooks<'a, F> {
+    heard: F,
+    joins: join::Joins<'a>,
+}
+
+impl<F: FnMut() -> Result<()>> store::GatherLooks for GatherLooks<'_, F> {
+    fn tick(&mut self, missing: &[usize]) -> Result<()> {
+        (self.heard)()?;
+        self.joins.tick(missing)
+    }
+
+    fn between(&mut self, missing: &[usize], deadline: Instant) -> Result<()> {
+        self.joins.between(missing, deadline)
+    }
+
+    fn describe(&self, missing: &[usize]) -> String {
+        self.joins.describe(missing)
     }
 }
 

@@ -43,55 +43,6 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// Wait for every key in `keys` except `own.0`, whose value the caller already has
-/// (`own.1`), returning the values in order. On timeout the error lists the indices
-/// (ranks) whose keys never appeared. A store call that blocks is not interrupted
-/// here; the rendezvous bounds its own store calls by its deadline (the
-/// crate-private `store::deadline`).
-pub fn gather(
-    store: &dyn Store,
-    keys: &[String],
-    own: (usize, &[u8]),
-    timeout: Duration,
-) -> Result<Vec<Vec<u8>>> {
-    let start = Instant::now();
-    let wanted: Vec<String> = keys
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != own.0)
-        .map(|(_, key)| key.clone())
-        .collect();
-    let mut found = store
-        .wait_all(&wanted, timeout)
-        .map_err(|e| e.during(Phase::Gather))?
-        .into_iter();
-    let values: Vec<Option<Vec<u8>>> = (0..keys.len())
-        .map(|i| {
-            if i == own.0 {
-                Some(own.1.to_vec())
-            } else {
-                found.next().flatten()
-            }
-        })
-        .collect();
-    if values.iter().all(Option::is_some) {
-        return Ok(values.into_iter().flatten().collect());
-    }
-    let missing = values
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v.is_none())
-        .map(|(i, _)| i)
-        .collect();
-    Err(Error::new(
-        Phase::Gather,
-        ErrorKind::Timeout {
-            missing,
-            waited: start.elapsed(),
-        },
-    ))
-}
-
 /// [`Store::wait_all`] by polling [`Store::try_get`]: one lookup per missing key per
 /// round, with a pause that starts short and doubles up to a cap.
 pub fn poll_all<S: Store + ?Sized>(
@@ -122,28 +73,92 @@ pub fn poll_all<S: Store + ?Sized>(
 /// (which names the missing ranks) before the store counts as unreachable.
 const GATHER_GRACE: Duration = Duration::from_millis(50);
 
-/// [`gather`] that returns by `deadline` (plus a little) even if a store call blocks,
-/// calling `look` while it waits (at least every 50 ms): its error ends the wait.
+/// How long one store wait of a gather lasts before the gather looks at which ranks
+/// are still missing ([`GatherLooks::between`]): short enough that a rank found to
+/// have left between two looks is named within a second, long enough that a rank
+/// waiting for a late peer costs the store a few calls a second. A gather whose peers
+/// are all there returns from its first wait, whatever this is.
+const GATHER_SLICE: Duration = Duration::from_millis(400);
+
+/// The first look comes sooner: a rank that left just before it is then still judged
+/// by what it did during this call.
+const FIRST_SLICE: Duration = Duration::from_millis(100);
+
+/// What a gather asks of its caller while it waits (see [`gather_by`]).
+pub(crate) trait GatherLooks {
+    /// Called at least every 50 ms while a store wait runs, with the ranks missing at
+    /// the last look (every other rank before the first): an error ends the gather.
+    fn tick(&mut self, missing: &[usize]) -> Result<()>;
+    /// Called between two store waits with the ranks still missing, by `deadline`:
+    /// an error ends the gather.
+    fn between(&mut self, missing: &[usize], deadline: Instant) -> Result<()>;
+    /// What the gather waits for, for its progress line ("for rank(s) [2] to ...").
+    fn describe(&self, missing: &[usize]) -> String;
+}
+
+/// Wait until `deadline` for every key in `keys` except `own.0`, whose value the
+/// caller already has (`own.1`): the values in order. On timeout the error lists the
+/// indices (ranks) whose keys never appeared. The wait runs in slices of the store's
+/// own [`Store::wait_all`] on a worker (see `deadline`), so it returns by the deadline
+/// (plus a little) even if a store call blocks; `looks` is asked in between and
+/// while each slice runs.
 pub(crate) fn gather_by(
     store: &std::sync::Arc<dyn Store>,
     keys: Vec<String>,
     own: (usize, Vec<u8>),
-    (deadline, mut look): (Instant, impl FnMut() -> Result<()>),
+    deadline: Instant,
+    looks: &mut impl GatherLooks,
 ) -> Result<Vec<Vec<u8>>> {
-    let timeout = deadline.saturating_duration_since(Instant::now());
-    let what = format!("reading {} request key(s) such as {}", keys.len(), keys[0]);
+    let start = Instant::now();
+    let timeout = deadline.saturating_duration_since(start);
     let mut waiting = crate::waiting::Waiting::new(Phase::Gather, own.0, timeout);
-    let reading = format!("{what} from the store");
-    deadline::call_ticking(
-        store,
-        (deadline + GATHER_GRACE, Phase::Gather),
-        move || what,
-        move |s| gather(s, &keys, (own.0, &own.1), timeout),
-        || {
-            waiting.tick(|| reading.clone())?;
-            look()
-        },
-    )
+    let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+    values[own.0] = Some(own.1);
+    let mut first = true;
+    loop {
+        let missing: Vec<usize> = (0..keys.len()).filter(|&r| values[r].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(values.into_iter().flatten().collect());
+        }
+        let now = Instant::now();
+        if now >= deadline && !first {
+            return Err(Error::new(
+                Phase::Gather,
+                ErrorKind::Timeout {
+                    missing,
+                    waited: start.elapsed(),
+                },
+            ));
+        }
+        if !first {
+            looks.between(&missing, deadline)?;
+        }
+        let slice = if first { FIRST_SLICE } else { GATHER_SLICE };
+        first = false;
+        let wanted: Vec<String> = missing.iter().map(|&r| keys[r].clone()).collect();
+        let slice = deadline.saturating_duration_since(now).min(slice);
+        let what = format!(
+            "reading {} request key(s) such as {}",
+            wanted.len(),
+            wanted[0]
+        );
+        let found = deadline::call_ticking(
+            store,
+            (deadline + GATHER_GRACE, Phase::Gather),
+            move || what,
+            move |s| {
+                s.wait_all(&wanted, slice)
+                    .map_err(|e| e.during(Phase::Gather))
+            },
+            || {
+                waiting.tick(|| looks.describe(&missing))?;
+                looks.tick(&missing)
+            },
+        )?;
+        for (&rank, value) in missing.iter().zip(found) {
+            values[rank] = value;
+        }
+    }
 }
 
 /// Keys of one group: every key starts with `symmwin/<group>/`.
@@ -163,6 +178,12 @@ impl Namespace {
     /// The key for `rank`'s request of rendezvous number `seq`.
     pub fn request(&self, seq: u64, rank: usize) -> String {
         format!("{}{seq}/req/{rank}", self.prefix)
+    }
+
+    /// Where `rank` says it has started the group's first rendezvous (see
+    /// `rendezvous::join`).
+    pub fn join(&self, rank: usize) -> String {
+        format!("{}join/{rank}", self.prefix)
     }
 
     /// Where a second process claiming `rank` in rendezvous `seq` leaves its pid.

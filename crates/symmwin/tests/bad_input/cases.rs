@@ -224,7 +224,7 @@ pub(crate) const CASES: &[Case] = &[
         &[
             "ranks disagree on world: 2 on rank(s) [0]; 3 on rank(s) [1]",
             "ranks disagree on version: ",
-            " on rank(s) [0]; 99 on rank(s) [1]",
+            " on rank(s) [0]; 99 on rank(s) [1] (the ranks run symmwin builds that speak",
         ],
     ),
     (

@@ -42,6 +42,15 @@ pub struct MailboxPeers {
 }
 
 impl MailboxPeers {
+    /// Rank `rank`'s end of `mailbox`.
+    pub fn new(rank: usize, mailbox: Arc<Mailbox>) -> Self {
+        MailboxPeers {
+            rank,
+            mailbox,
+            calls: Mutex::default(),
+        }
+    }
+
     fn send(&self, to: usize, tag: u32, bytes: Vec<u8>) {
         let mut queues = self.mailbox.queues.lock().unwrap();
         queues.entry((self.rank, to, tag)).or_default().push(bytes);

@@ -252,6 +252,12 @@ pub(crate) fn publish_and_vanish(rank: usize, world: usize) {
         pad_scrub: vec![],
         foreign_calls: 0,
         pid: std::process::id(),
+        start_time: 0,
+        written_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+        remote_transport: false,
         uid: rustix::process::getuid().as_raw(),
         host: rustix::system::uname()
             .nodename()
