@@ -29,7 +29,7 @@ pub(crate) fn start_time(pid: u32) -> Result<u64, bool> {
         Err(e) => return Err(matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))),
     };
     match parse_stat(&stat) {
-        Some((state, _)) if matches!(state, "Z" | "X" | "x") => Err(true),
+        Some(("Z" | "X" | "x", _)) => Err(true),
         Some((_, started)) => Ok(started),
         None => Err(false),
     }
