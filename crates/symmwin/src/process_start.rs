@@ -21,22 +21,28 @@ pub(crate) enum Liveness {
 }
 
 /// Start time of process `pid` in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`); `Err(true)` when there is no such process, `Err(false)` when
-/// `/proc` cannot say.
+/// `/proc/<pid>/stat`); `Err(true)` when there is no such process or it has ended
+/// (a zombie, not reaped yet), `Err(false)` when `/proc` cannot say.
 pub(crate) fn start_time(pid: u32) -> Result<u64, bool> {
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
         Err(e) => return Err(matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))),
     };
-    parse_start_time(&stat).ok_or(false)
+    match parse_stat(&stat) {
+        Some(("Z" | "X" | "x", _)) => Err(true),
+        Some((_, started)) => Ok(started),
+        None => Err(false),
+    }
 }
 
-/// Field 22 of a `/proc/<pid>/stat` line.
-fn parse_start_time(stat: &str) -> Option<u64> {
+/// The state (field 3) and start time (field 22) of a `/proc/<pid>/stat` line.
+fn parse_stat(stat: &str) -> Option<(&str, u64)> {
     // The command name (field 2) is in parentheses and may hold spaces or ')': the
     // fields after the last ')' start at field 3.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(22 - 3)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?;
+    let started = fields.nth(22 - 4)?.parse().ok()?;
+    Some((state, started))
 }
 
 /// Real uid of process `pid` (`/proc/<pid>/status`, which, unlike the owner of
@@ -106,10 +112,16 @@ mod tests {
     }
 
     #[test]
-    fn a_process_that_ended_is_gone() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+    fn a_process_that_ended_is_gone_reaped_or_not() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
         let pid = child.id();
-        let started = start_time(pid).unwrap_or(1);
+        let started = start_time(pid).unwrap();
+        assert_eq!(liveness(pid, started, uid()), Liveness::Alive);
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert_eq!(liveness(pid, started, uid()), Liveness::Gone, "a zombie");
         child.wait().unwrap();
         assert_eq!(liveness(pid, started, uid()), Liveness::Gone);
         assert_eq!(liveness(0, started, uid()), Liveness::Gone);
@@ -117,9 +129,9 @@ mod tests {
 
     #[test]
     fn a_command_name_with_spaces_and_parentheses_is_skipped() {
-        let fields: Vec<String> = (3..=22).map(|f| f.to_string()).collect();
-        let stat = format!("42 (a) b (c) {} 23 24", fields.join(" "));
-        assert_eq!(parse_start_time(&stat), Some(22));
-        assert_eq!(parse_start_time("42 (sleep) S 1"), None);
+        let fields: Vec<String> = (4..=22).map(|f| f.to_string()).collect();
+        let stat = format!("42 (a) b (c) S {} 23 24", fields.join(" "));
+        assert_eq!(parse_stat(&stat), Some(("S", 22)));
+        assert_eq!(parse_stat("42 (sleep) S 1"), None);
     }
 }

@@ -20,6 +20,9 @@ common::worker! {
 fn pid_namespace_rank(rank: usize, world: usize) -> String {
     symmwin::init_logging(Some("warn")).unwrap();
     let (group, provider) = common::join_group("pidns", rank, world);
+    // Each rank is another host to the other: a group spanning hosts needs a
+    // process-group backend, though this test sends nothing through it.
+    group.set_remote_peers(std::sync::Arc::new(common::hosts::NoMessages));
     let alloc = Allocation::new(provider, 4096).unwrap();
     // SAFETY: the allocation maps `size()` writable bytes at `ptr()` in this process.
     unsafe { std::ptr::write_bytes(alloc.ptr() as *mut u8, rank as u8 + 1, alloc.size()) };

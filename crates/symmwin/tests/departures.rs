@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::hooked_store::{Hooked, StoreHooks};
 use common::peer_jobs::unix_ms;
 use common::{field, result, Job};
-use symmwin::{Allocation, ErrorKind, SignalOptions};
+use symmwin::{Allocation, ErrorKind, SignalOptions, Store};
 
 common::worker! {
     "first_rendezvous" => first_rendezvous,
@@ -25,12 +25,13 @@ const WORLD: usize = 3;
 const LEAVER: usize = WORLD - 1;
 
 /// Rank 2 leaves its first rendezvous as `LEAVE` says (see [`Leave`]; `never`: exits
-/// without reaching symmwin), `LATE_MS` after it starts; the other ranks take part and
-/// report how their rendezvous ended and when.
+/// without reaching symmwin), with `LATE` set only once the others wait in theirs; the
+/// other ranks take part and report how their rendezvous ended and when.
 fn first_rendezvous(rank: usize, world: usize) -> String {
     if rank == LEAVER {
-        let late: u64 = std::env::var("LATE_MS").unwrap().parse().unwrap();
-        std::thread::sleep(Duration::from_millis(late));
+        if std::env::var("LATE").is_ok() {
+            wait_for_the_others_requests();
+        }
         let leave = Leave::from_env(rank);
         let Some(leave) = leave else {
             std::process::exit(3);
@@ -60,6 +61,18 @@ fn first_rendezvous(rank: usize, world: usize) -> String {
         err.is_timeout(),
         err.to_string().replace(' ', "_")
     )
+}
+
+/// Wait (10 s at most) until every other rank has published its request, so that it
+/// waits in its gather, its call begun, when this rank joins.
+fn wait_for_the_others_requests() {
+    let store = common::job_store();
+    let ns = symmwin::testing::Namespace::new("test");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (0..LEAVER).any(|r| store.try_get(&ns.request(0, r)).unwrap().is_none()) {
+        assert!(Instant::now() < deadline, "the other ranks never published");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Where rank 2 leaves (`LEAVE` = `<where>:<how>`): `before` its request is set (after
@@ -108,19 +121,21 @@ impl StoreHooks for Leave {
     }
 }
 
-/// Run a world-3 job whose rank 2 leaves as `leave` says, `late_ms` after it starts,
-/// with timeout `timeout_ms`; a held rank 2 is killed a second after it is ready.
+/// Run a world-3 job whose rank 2 leaves as `leave` says (`late`: once the others
+/// wait), with timeout `timeout_ms`; a held rank 2 is killed a second after it is ready.
 /// The survivors' result lines and when rank 2 left (unix ms).
-fn leave_job(leave: &str, late_ms: u64, timeout_ms: u64) -> (Vec<String>, u128) {
+fn leave_job(leave: &str, late: bool, timeout_ms: u64) -> (Vec<String>, u128) {
     // Short: the job's directory holds the socket paths, which must fit 107 bytes.
     let job = Job::new(&format!("dp{}", &leave[..2]));
     let ready = job.dir.join("ready");
-    let env = [
+    let mut env = vec![
         ("LEAVE", leave.to_owned()),
-        ("LATE_MS", late_ms.to_string()),
         ("READY", ready.display().to_string()),
         common::timeout_ms(timeout_ms),
     ];
+    if late {
+        env.push(("LATE", "1".into()));
+    }
     let mut ranks = job.spawn(WORLD, "first_rendezvous", &env);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut left = None;
@@ -158,10 +173,11 @@ fn after(r: &str, left: u128) -> f64 {
 }
 
 /// Every survivor names rank 2 as exited, within a second of `left`, in `phase`.
-fn assert_named_in_time(survivors: &[String], left: u128, phase: &str) {
+fn assert_named_in_time(case: &str, survivors: &[String], left: u128, phase: &str) {
     for r in survivors {
         assert_eq!(field(r, "exited"), "rank2", "{r}");
         let late = after(r, left);
+        eprintln!("{case}: named {late:.3} s after rank 2 left: {r}");
         assert!(late < 1.0, "named {late} s after rank 2 left: {r}");
         let msg = field(r, "msg");
         assert!(msg.contains(&format!("[{phase}]_peer_2:")), "{r}");
@@ -172,20 +188,21 @@ fn assert_named_in_time(survivors: &[String], left: u128, phase: &str) {
 
 #[test]
 fn a_rank_killed_after_joining_and_before_its_request_is_named_within_a_second() {
-    let (survivors, killed) = leave_job("before:hold", 0, 5000);
-    assert_named_in_time(&survivors, killed, "gather");
+    let (survivors, killed) = leave_job("before:hold", false, 5000);
+    assert_named_in_time("before:hold", &survivors, killed, "gather");
 }
 
 #[test]
 fn a_rank_that_exits_after_joining_and_before_its_request_is_named_within_a_second() {
-    // Rank 2 comes late, so that it joins while the others wait, and exits at once.
-    let (survivors, exited) = leave_job("before:exit", 500, 5000);
-    assert_named_in_time(&survivors, exited, "gather");
+    // Rank 2 joins while the others wait, and exits at once: no look saw it running,
+    // but its record was written during their call.
+    let (survivors, exited) = leave_job("before:exit", true, 5000);
+    assert_named_in_time("before:exit", &survivors, exited, "gather");
 }
 
 #[test]
 fn a_rank_that_never_reached_symmwin_is_named_at_the_timeout() {
-    let (survivors, _) = leave_job("never", 0, 1500);
+    let (survivors, _) = leave_job("never", false, 1500);
     for r in &survivors {
         let waited: f64 = field(r, "waited").parse().unwrap();
         assert!((1.4..5.0).contains(&waited), "{r}");
@@ -196,14 +213,15 @@ fn a_rank_that_never_reached_symmwin_is_named_at_the_timeout() {
 
 #[test]
 fn a_rank_killed_inside_the_first_rendezvous_is_exited_on_every_survivor_not_stale() {
-    let (survivors, killed) = leave_job("after:hold", 0, 5000);
-    assert_named_in_time(&survivors, killed, "exchange");
+    let (survivors, killed) = leave_job("after:hold", false, 5000);
+    assert_named_in_time("after:hold", &survivors, killed, "exchange");
 }
 
 #[test]
 fn a_rank_that_exits_right_after_its_request_is_exited_on_every_survivor_not_stale() {
-    let (survivors, exited) = leave_job("after:exit", 500, 5000);
-    assert_named_in_time(&survivors, exited, "exchange");
+    // Its request is written during the others' call: a death, not a stale store.
+    let (survivors, exited) = leave_job("after:exit", true, 5000);
+    assert_named_in_time("after:exit", &survivors, exited, "exchange");
 }
 
 /// Every rank on the "host" `HOSTS` names for it (`SYMMWIN_HOST_ID`), none with a

@@ -160,13 +160,15 @@ fn a_full_store_filesystem_is_named_on_every_rank() {
         assert!(err.contains("No space left on device"), "{err}");
     }
 
-    // Room for one request file: one rank writes its request, the others cannot, and
-    // the one that could reports the full filesystem instead of a bare timeout.
+    // Room for every rank's join record (a page each) and one request file: at most
+    // the four records come before the first request, which fits; a rank that wrote
+    // its request while the others could not reports the full filesystem instead of
+    // a bare timeout.
     std::fs::remove_file(store_dir.join("filler")).unwrap();
     for entry in std::fs::read_dir(&store_dir).unwrap() {
         let _ = std::fs::remove_file(entry.unwrap().path());
     }
-    fill(&store_dir, 8192);
+    fill(&store_dir, 8192 + 4 * 4096);
     let results = rendezvous("part", 4, store, &dir.join("sock"), Duration::from_secs(2));
     assert_names_the_full_store(&results, &store_dir);
     let wrote = results

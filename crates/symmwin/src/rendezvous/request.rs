@@ -400,7 +400,7 @@ mod tests {
         let text = validate(&reqs).unwrap_err().to_string();
         assert!(text.contains("rank(s) [0, 1] have no"), "{text}");
         assert!(
-            text.contains("rank 0 cannot map [2]; rank 1 cannot map [2] ("),
+            text.contains("rank 0 cannot map [2]; rank 1 cannot map [2]: "),
             "{text}"
         );
         for r in &mut reqs {

@@ -82,6 +82,31 @@ impl MailboxPeers {
     }
 }
 
+/// A process-group backend for ranks that never signal across hosts (a test of
+/// mappings only): every call fails.
+pub struct NoMessages;
+
+impl NoMessages {
+    fn refused() -> RemoteFailure {
+        RemoteFailure {
+            peer: None,
+            timed_out: false,
+            message: "this test sends nothing across hosts".into(),
+            also_waited_for: Vec::new(),
+        }
+    }
+}
+
+impl RemotePeers for NoMessages {
+    fn flags(&self, _: &[Flag], _: Duration, _: usize) -> Result<(), RemoteFailure> {
+        Err(Self::refused())
+    }
+
+    fn transfer(&self, _: &[Transfer], _: Duration, _: usize) -> Result<(), RemoteFailure> {
+        Err(Self::refused())
+    }
+}
+
 impl RemotePeers for MailboxPeers {
     fn flags(
         &self,
