@@ -168,6 +168,10 @@ def purpose_of(setup_args: list[str]) -> str:
 def stop_if_missing(purpose: str = WHEEL) -> None:
     """Ends the build with one line when :func:`missing_build_tool` finds something."""
     interpreter_bin_first_on_path()
+    # Every hook, not only the wheel's: setup.py makes torch's BuildExtension in each,
+    # which warns that it falls back to the slow backend when it sees no ninja.
+    if shutil.which("ninja") is None:
+        _ninja_of_the_python_package()
     problem = missing_build_tool(purpose)
     if problem:
         raise SystemExit(f"symmwin build: {problem}")

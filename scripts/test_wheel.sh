@@ -80,8 +80,13 @@ t0=$SECONDS
 (cd "$checkout" && PATH="$work/venv/bin:$PATH" VIRTUAL_ENV="$work/venv" bash -eux -o pipefail "$block") \
   2>&1 | tee "$work/setup.log"
 build_s=$((SECONDS - t0))
-grep -q "Emitting ninja build file" "$work/setup.log" \
+# ninja's progress lines ("[3/13] c++ ..."); torch's fallback compiles without them and
+# says "Falling back to using the slow distutils backend".
+grep -qE '^ *\[[0-9]+/[0-9]+\] ' "$work/setup.log" \
   || fail "the C++ adapter was not built with ninja (torch fell back to one file at a time)"
+if grep -F "Falling back to using the slow distutils backend" "$work/setup.log"; then
+  fail "torch did not find ninja in one of the build's steps (above)"
+fi
 wheel="$(ls "$checkout"/dist/symmwin-*.whl)"
 size=$(stat -c %s "$wheel")
 echo "$(basename "$wheel"): $size bytes; the set-up block ran in $build_s s"

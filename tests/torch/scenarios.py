@@ -103,10 +103,13 @@ def signals(ctx):
     # Nobody signals channel 7; every rank waits on its previous rank and times out,
     # raising from the call itself (host memory).
     timeout_message = _raises(hdl.wait_signal, prv, channel=7, timeout_ms=300)
-    # The window keeps working afterwards.
-    hdl.barrier(channel=2)
+    # The wait that ended early poisoned the window: the next call is refused at once
+    # (a late post must not pair with it); a new window of the group works.
+    refused = _raises(hdl.barrier, channel=2)
+    fresh = symm_mem.rendezvous(symm_mem.empty(64, device=ctx.device), dist.group.WORLD)
+    fresh.barrier(channel=2)
     ctx.sync()
-    return {"timeout_message": timeout_message, "peer": prv}
+    return {"timeout_message": timeout_message, "peer": prv, "refused": refused}
 
 
 def bad_input(ctx):

@@ -57,7 +57,11 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     peer_handshake(p, ready, done, is_peer_thread(p), is_peer_thread(p));
     return;
   }
-  block_wait(p, root, ready);
+  // The root waits for our `done`: a mismatch answers there, so it fails naming us.
+  if (threadIdx.x == 0) {
+    wait_peer_answering(p, root, ready, done);
+  }
+  __syncthreads();
   copy_part(operand_at(p.dst, p.rank), operand_at(p.src, root), p.bytes, part, bpp);
   block_signal(p, root, done);
 }

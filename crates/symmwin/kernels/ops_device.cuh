@@ -147,6 +147,24 @@ __device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint
   }
 }
 
+// wait_peer for a peer that will itself wait for our answer on `answer_channel`: on a
+// mismatch our fingerprint goes there first, so that peer's wait fails too, naming
+// this rank, instead of waiting out its timeout for an answer that never comes.
+__device__ __forceinline__ void wait_peer_answering(const OpsParams& p, uint32_t src,
+                                                    uint32_t channel, uint32_t answer_channel) {
+  uint32_t seen;
+  const uint64_t waited =
+      timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), src, channel, &seen);
+  if (waited != 0) {
+    const uint32_t late[1] = {src};
+    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
+  }
+  if (seen != p.fingerprint) {
+    signal_peer(p, src, answer_channel);
+    fail_mismatch(p, src, seen);
+  }
+}
+
 // Thread 0 of the block signals `peer` after every thread of the block is done.
 __device__ __forceinline__ void block_signal(const OpsParams& p, uint32_t peer, uint32_t channel) {
   __syncthreads();
