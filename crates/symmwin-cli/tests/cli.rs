@@ -232,6 +232,7 @@ fn sockets_of(pids: &[u32]) -> Vec<String> {
 }
 
 fn long_demo(world: usize) -> (Child, Vec<u32>) {
+    #[allow(clippy::zombie_processes)] // returned: the caller waits for it
     let mut demo = symmwin()
         .args([
             "demo",

@@ -19,7 +19,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod setting_warnings;
+
+pub use crate::device_timeout::DEFAULT_DEVICE_TIMEOUT;
 use crate::error::{Error, Result};
+pub use crate::provider::HandlePreference;
 
 /// One `SYMMWIN_*` variable, as the README's configuration table lists it.
 #[derive(Debug, Clone, Copy)]
@@ -106,33 +110,6 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
-/// Which CUDA shareable-handle type to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandlePreference {
-    /// Probe: fabric where a real create + export works, POSIX fd otherwise.
-    Auto,
-    /// POSIX file descriptors passed over Unix sockets.
-    Fd,
-    /// Fabric handles (needs an IMEX channel).
-    Fabric,
-}
-
-impl std::str::FromStr for HandlePreference {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(HandlePreference::Auto),
-            "fd" | "posix" | "posix_fd" => Ok(HandlePreference::Fd),
-            "fabric" => Ok(HandlePreference::Fabric),
-            _ => Err(Error::invalid(refusal(
-                "SYMMWIN_HANDLE_TYPE",
-                s,
-                "is not a handle type",
-            ))),
-        }
-    }
-}
-
 /// Settings shared by every group of a process.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -157,10 +134,6 @@ pub struct Config {
 
 /// Default wait for peers.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Default limit of a device-side wait (barrier, put_signal, wait_signal, device ops)
-/// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
-pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The `SYMMWIN_LOG` filter `spec` stands for, or why it is none ("is not a log filter (...)").
 pub(crate) fn log_filter(spec: &str) -> std::result::Result<tracing_subscriber::EnvFilter, String> {
@@ -334,7 +307,7 @@ impl Config {
     /// Settings that do nothing (a misspelt name, a log filter selecting none of
     /// symmwin's messages) are warned about on stderr, once per process.
     pub fn from_env() -> Result<Self> {
-        crate::setting_warnings::warn_once();
+        setting_warnings::warn_once();
         Config::from_vars(&|name| std::env::var_os(name))
     }
 

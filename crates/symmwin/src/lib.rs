@@ -35,38 +35,36 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+// The device contract's modules, under the paths they had when they lived here.
+use symmwin_device::{
+    debug_free, device_timeout, engine, error, interrupt, layout, limits, peer_exit, peer_watch,
+    poison, text, waiting,
+};
+
 mod allocation;
 mod config;
-mod debug_free;
 mod device_provider;
-mod device_timeout;
-mod engine;
-mod error;
 mod exchange;
 mod export_ahead;
 mod group;
-mod interrupt;
-mod layout;
-mod limits;
 mod logging;
 mod ops;
-mod peer_exit;
-mod peer_watch;
-mod poison;
 mod private_dir;
 mod probe;
+mod provider {
+    //! The backends, over the device contract.
+    pub use symmwin_device::provider::*;
+    pub mod cuda;
+    pub mod host;
+}
 mod protocol;
-mod provider;
 mod registry;
 mod rendezvous;
-mod setting_warnings;
 mod signal;
 mod store;
 #[doc(hidden)]
 pub mod testing;
-mod text;
 mod token;
-mod waiting;
 mod window;
 mod window_cache;
 

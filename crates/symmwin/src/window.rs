@@ -100,6 +100,7 @@ impl std::fmt::Debug for Window {
 impl Window {
     /// The window of `local` over `span`; `origin` is set when the span may go back to
     /// `local` for the window cache, with the rendezvous number that made it.
+    #[allow(clippy::too_many_arguments)] // one call site, the rendezvous, names each part
     pub(crate) fn new(
         group: Arc<GroupShared>,
         span: Box<dyn Span>,

@@ -14,26 +14,8 @@ use std::path::{Path, PathBuf};
 /// Bottom to top: a module may use modules of its own layer or of the ones before.
 const LAYERS: &[(&str, &[&str])] = &[
     (
-        "text and errors",
-        &[
-            "text",
-            "error",
-            "device_timeout",
-            "engine",
-            "limits",
-            "token",
-            "protocol",
-            "private_dir",
-            "layout",
-            "peer_exit",
-            "peer_watch",
-            "config",
-            "logging",
-            "debug_free",
-            "interrupt",
-            "waiting",
-            "poison",
-        ],
+        "settings",
+        &["token", "protocol", "private_dir", "config", "logging"],
     ),
     ("providers", &["provider"]),
     ("store, exchange, signals", &["store", "exchange", "signal"]),

@@ -159,7 +159,7 @@ impl Round<'_> {
             self.expect("signalled word", got, vec![value(round, sender, rank, 0)])?;
             return timed(|| self.w.put_signal(sender, options));
         }
-        if round >= 2 && round < 8 {
+        if (2..8).contains(&round) {
             return timed(|| self.w.barrier(options));
         }
         Ok(())

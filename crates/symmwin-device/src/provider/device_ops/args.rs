@@ -177,7 +177,7 @@ impl Tile {
     }
 
     /// Its rows as byte ranges from the first element.
-    pub(crate) fn row_layout(&self) -> TileRows {
+    pub fn row_layout(&self) -> TileRows {
         TileRows {
             rows: self.rows,
             cols: self.cols,
@@ -238,7 +238,7 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// A fingerprint of `value` (0: nothing to compare) for a call whose operands hold
     /// `elems`.
-    pub(crate) const fn new(value: u64, elems: Elements) -> Fingerprint {
+    pub const fn new(value: u64, elems: Elements) -> Fingerprint {
         Fingerprint { value, elems }
     }
 

@@ -46,7 +46,7 @@ pub fn keep() -> usize {
 }
 
 /// A `SYMMWIN_DEBUG_FREE_KEEP` value: a whole number above 0.
-pub(crate) fn parse_keep(value: &str) -> Result<usize, String> {
+pub fn parse_keep(value: &str) -> Result<usize, String> {
     match value.trim().parse::<usize>() {
         Ok(0) => Err("is zero: at least the last free must be kept".into()),
         Ok(n) => Ok(n),
@@ -55,14 +55,14 @@ pub(crate) fn parse_keep(value: &str) -> Result<usize, String> {
 }
 
 /// Releases one quarantined address range (unmaps or frees the reservation).
-pub(crate) type Release = Box<dyn FnOnce() + Send>;
+pub type Release = Box<dyn FnOnce() + Send>;
 
 static QUARANTINE: Mutex<VecDeque<Release>> = Mutex::new(VecDeque::new());
 
 /// Quarantine one freed window's range: `release` runs once [`keep`] newer ones are.
 /// The oldest ranges are released here, by the caller (which holds what releasing
 /// needs, e.g. a CUDA context), outside the lock.
-pub(crate) fn quarantine(release: Release) {
+pub fn quarantine(release: Release) {
     let expired = {
         let mut queue = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
         admit(&mut queue, release, keep())
@@ -81,7 +81,7 @@ fn admit<T>(queue: &mut VecDeque<T>, entry: T, keep: usize) -> Vec<T> {
 
 /// What a failed address reservation adds in this mode, naming it: the quarantine
 /// holds ranges that would otherwise be free. Empty when the mode is off.
-pub(crate) fn exhaustion_note() -> String {
+pub fn exhaustion_note() -> String {
     if !enabled() {
         return String::new();
     }
@@ -94,7 +94,7 @@ pub(crate) fn exhaustion_note() -> String {
 
 /// `err`, from a failed address reservation, with [`exhaustion_note`] added to its
 /// reason when the mode is on.
-pub(crate) fn name_mode_in(mut err: crate::Error) -> crate::Error {
+pub fn name_mode_in(mut err: crate::Error) -> crate::Error {
     use crate::ErrorKind;
     if !enabled() {
         return err;

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use crate::text::Seconds;
 
+/// Default limit of a device-side wait (barrier, put_signal, wait_signal, device ops)
+/// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
+pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A device-side wait that ran past its limit, or whose peer ended; the kernel trapped
 /// afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]

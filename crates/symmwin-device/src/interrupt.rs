@@ -40,7 +40,7 @@ pub fn set_check(check: Option<fn() -> bool>) {
 }
 
 /// The error a wait in `phase` ends with when it was interrupted.
-pub(crate) fn check(phase: Phase) -> Result<()> {
+pub fn check(phase: Phase) -> Result<()> {
     let hooked = CHECK.load(Ordering::SeqCst);
     let by_hook = !hooked.is_null() && {
         // SAFETY: only `set_check` stores into CHECK, and only `fn() -> bool` pointers.

@@ -136,7 +136,7 @@ impl DType {
     }
 
     /// Every dtype symmwin knows, for a receiver to say which one a peer passed.
-    pub(crate) fn all_known() -> impl Iterator<Item = DType> {
+    pub fn all_known() -> impl Iterator<Item = DType> {
         KNOWN.iter().map(|k| DType(fnv1a(k.name.as_bytes())))
     }
 }

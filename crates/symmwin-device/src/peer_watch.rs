@@ -390,7 +390,7 @@ fn gone(pid: u32) -> bool {
 
 /// The one of `peers` (rank and pid) that ended first, as the error of a wait for it in
 /// `phase`.
-pub(crate) fn first_exited(
+pub fn first_exited(
     phase: crate::error::Phase,
     peers: impl IntoIterator<Item = (usize, u32)>,
 ) -> Option<crate::error::Error> {

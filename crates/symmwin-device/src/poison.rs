@@ -43,7 +43,7 @@ const CALLS: &[&str] = &[
 pub enum PoisonCause {
     /// It timed out.
     Timeout,
-    /// The caller interrupted it (Ctrl-C, [`crate::request_interrupt`]).
+    /// The caller interrupted it (Ctrl-C, [`crate::interrupt::request`]).
     Interrupted,
     /// A local peer's process ended.
     PeerExited,
@@ -60,7 +60,7 @@ impl PoisonCause {
     ];
 
     /// The cause of an error that ends a wait early, if it is one: only these poison.
-    pub(crate) fn of(kind: &crate::ErrorKind) -> Option<PoisonCause> {
+    pub fn of(kind: &crate::ErrorKind) -> Option<PoisonCause> {
         use crate::ErrorKind as K;
         match kind {
             K::Timeout { .. } => Some(PoisonCause::Timeout),
@@ -162,7 +162,7 @@ impl Poison {
 
     /// The record of `call` on `channel`, whose wait on `rank` ended with `error`, if
     /// that error is one that ends a wait early.
-    pub(crate) fn of_failure(
+    pub fn of_failure(
         call: &'static str,
         channel: usize,
         rank: usize,

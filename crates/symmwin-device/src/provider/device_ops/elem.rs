@@ -103,7 +103,7 @@ pub unsafe fn store(elem: ElemType, base: usize, i: usize, v: f64) {
 ///
 /// # Safety
 /// `base` must be readable for `acc.len() * elem.size()` bytes.
-pub(crate) unsafe fn accumulate_row(elem: ElemType, acc: &mut [f64], base: usize) {
+pub unsafe fn accumulate_row(elem: ElemType, acc: &mut [f64], base: usize) {
     for (i, a) in acc.iter_mut().enumerate() {
         // SAFETY: element i lies in the caller's readable row.
         *a += unsafe { load(elem, base, i) };
@@ -114,7 +114,7 @@ pub(crate) unsafe fn accumulate_row(elem: ElemType, acc: &mut [f64], base: usize
 ///
 /// # Safety
 /// `base` must be writable for `acc.len() * elem.size()` bytes.
-pub(crate) unsafe fn store_row(elem: ElemType, acc: &[f64], base: usize) {
+pub unsafe fn store_row(elem: ElemType, acc: &[f64], base: usize) {
     for (i, &a) in acc.iter().enumerate() {
         // SAFETY: element i lies in the caller's writable row.
         unsafe { store(elem, base, i, a) };

@@ -12,7 +12,7 @@ pub struct PeerExit {
 
 impl PeerExit {
     /// A process that ended in a way this process cannot know (it is not our child).
-    pub(crate) fn exited(pid: u32) -> Self {
+    pub fn exited(pid: u32) -> Self {
         PeerExit {
             pid,
             how: "exited".to_owned(),

@@ -166,7 +166,7 @@ pub enum ErrorKind {
         remedy = crate::poison::REMEDY
     )]
     Poisoned(Box<crate::poison::Poison>),
-    /// The caller interrupted the wait ([`crate::request_interrupt`], [`crate::set_interrupt_check`]; from Python, Ctrl-C).
+    /// The caller interrupted the wait ([`crate::interrupt::request`], [`crate::interrupt::set_check`]; from Python, Ctrl-C).
     #[error("interrupted while waiting")]
     Interrupted,
     /// A bug inside symmwin: state it guards was left inconsistent (a lock poisoned by
@@ -302,7 +302,7 @@ impl Error {
     }
 
     /// What went wrong, to add detail a lower layer could not know.
-    pub(crate) fn kind_mut(&mut self) -> &mut ErrorKind {
+    pub fn kind_mut(&mut self) -> &mut ErrorKind {
         &mut self.kind
     }
 
@@ -333,7 +333,7 @@ impl Error {
 
     /// Name the protocol step of an error raised by a layer that cannot know it (a
     /// store call serves both publish and gather).
-    pub(crate) fn during(mut self, phase: Phase) -> Self {
+    pub fn during(mut self, phase: Phase) -> Self {
         self.phase = phase;
         self
     }
@@ -367,7 +367,7 @@ impl Error {
     }
 
     /// Record that this failure poisoned its window.
-    pub(crate) fn poisoning(mut self, poison: crate::poison::Poison) -> Self {
+    pub fn poisoning(mut self, poison: crate::poison::Poison) -> Self {
         self.poisoned = Some(Box::new(poison));
         self
     }

@@ -161,7 +161,7 @@ impl PadLayout {
 
     /// The same pads with a poison mark per rank, rank 0's at `rank0_mark` and the
     /// others a stride apart (host pads; the caller placed them outside every pad).
-    pub(crate) fn with_marks(self, rank0_mark: usize) -> Self {
+    pub fn with_marks(self, rank0_mark: usize) -> Self {
         PadLayout {
             marks: Some(rank0_mark),
             ..self
@@ -169,7 +169,7 @@ impl PadLayout {
     }
 
     /// Address of `owner`'s poison mark, where these pads have marks.
-    pub(crate) fn mark(&self, owner: usize) -> Option<usize> {
+    pub fn mark(&self, owner: usize) -> Option<usize> {
         let base = self.marks?;
         (owner < self.world()).then(|| base + owner * self.slots.stride)
     }
@@ -270,41 +270,45 @@ fn pad_error(what: String) -> Error {
 
 /// Where pad `slot` lies among pool windows that hold `per_pool` pads of `pad_size`
 /// bytes each: which pool, and the byte offset inside every rank's slot of that pool.
-pub(crate) fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
+pub fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
     (slot / per_pool, (slot % per_pool) * pad_size)
 }
 
 /// The rows of a strided tile, as byte ranges from its first element: `rows` rows of
 /// `cols` elements of `elem_size` bytes, starting `row_stride` elements apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TileRows {
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) row_stride: usize,
-    pub(crate) elem_size: usize,
+pub struct TileRows {
+    /// Rows of the tile.
+    pub rows: usize,
+    /// Elements of one row.
+    pub cols: usize,
+    /// Elements from one row's start to the next one's.
+    pub row_stride: usize,
+    /// Bytes of one element.
+    pub elem_size: usize,
 }
 
 impl TileRows {
     /// Bytes of one row.
-    pub(crate) fn row_len(&self) -> usize {
+    pub fn row_len(&self) -> usize {
         self.cols * self.elem_size
     }
 
     /// Byte range of row `row`. The tile's extent ([`TileRows::extent_bytes`]) must
     /// have been checked, so that nothing here overflows.
-    pub(crate) fn row(&self, row: usize) -> Range<usize> {
+    pub fn row(&self, row: usize) -> Range<usize> {
         let start = row * self.row_stride * self.elem_size;
         start..start + self.row_len()
     }
 
     /// Every row's byte range, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         (0..self.rows).map(|r| self.row(r))
     }
 
     /// Bytes from the first element to one past the last (0 for an empty tile), or
     /// `None` when that overflows.
-    pub(crate) fn extent_bytes(&self) -> Option<usize> {
+    pub fn extent_bytes(&self) -> Option<usize> {
         if self.rows == 0 || self.cols == 0 {
             return Some(0);
         }

@@ -13,11 +13,9 @@ use std::time::Duration;
 
 use crate::error::Result;
 
-pub mod cuda;
 pub mod device_ops;
 mod fabric;
-pub mod host;
-mod mapped;
+pub mod mapped;
 
 pub use fabric::FabricDomain;
 
@@ -57,6 +55,32 @@ impl fmt::Display for HandleType {
             HandleType::PosixFd => "posix_fd",
             HandleType::Fabric => "fabric",
         })
+    }
+}
+
+/// Which CUDA shareable-handle type to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandlePreference {
+    /// Probe: fabric where a real create + export works, POSIX fd otherwise.
+    Auto,
+    /// POSIX file descriptors passed over Unix sockets.
+    Fd,
+    /// Fabric handles (needs an IMEX channel).
+    Fabric,
+}
+
+impl std::str::FromStr for HandlePreference {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        use crate::error::Error;
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(HandlePreference::Auto),
+            "fd" | "posix" | "posix_fd" => Ok(HandlePreference::Fd),
+            "fabric" => Ok(HandlePreference::Fabric),
+            _ => Err(Error::invalid(format!(
+                "SYMMWIN_HANDLE_TYPE={s:?} is not a handle type; allowed: auto, fd or fabric"
+            ))),
+        }
     }
 }
 
@@ -259,6 +283,6 @@ pub trait Provider: Send + Sync + fmt::Debug {
 }
 
 /// Downcast helper for the provider that created `memory`.
-pub(crate) fn downcast<T: Memory>(memory: &dyn Memory) -> Option<&T> {
+pub fn downcast<T: Memory>(memory: &dyn Memory) -> Option<&T> {
     (memory as &dyn Any).downcast_ref::<T>()
 }

@@ -22,8 +22,8 @@
 
 mod args;
 pub mod dtype;
-pub(crate) mod elem;
-pub(crate) mod fingerprint;
+pub mod elem;
+pub mod fingerprint;
 pub mod plan;
 mod request;
 

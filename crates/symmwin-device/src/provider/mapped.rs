@@ -4,24 +4,24 @@
 
 /// `(offset, len)` of each mapping of one span, sorted by offset.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct MappedRanges(Vec<(usize, usize)>);
+pub struct MappedRanges(Vec<(usize, usize)>);
 
 impl MappedRanges {
     /// Record a mapping of `len` bytes at `offset`.
-    pub(crate) fn insert(&mut self, offset: usize, len: usize) {
+    pub fn insert(&mut self, offset: usize, len: usize) {
         let at = self.0.partition_point(|&(start, _)| start < offset);
         self.0.insert(at, (offset, len));
     }
 
     /// Whether `[offset, offset + len)` overlaps a recorded mapping.
-    pub(crate) fn overlaps(&self, offset: usize, len: usize) -> bool {
+    pub fn overlaps(&self, offset: usize, len: usize) -> bool {
         self.0
             .iter()
             .any(|&(start, size)| start < offset.saturating_add(len) && offset < start + size)
     }
 
     /// Whether `[offset, offset + len)` is entirely mapped.
-    pub(crate) fn covers(&self, offset: usize, len: usize) -> bool {
+    pub fn covers(&self, offset: usize, len: usize) -> bool {
         let mut at = offset;
         let end = offset.saturating_add(len);
         for &(start, size) in &self.0 {
@@ -34,13 +34,12 @@ impl MappedRanges {
     }
 
     /// Every mapping, in offset order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.0.iter().copied()
     }
 
     /// Forget every mapping (after they were all unmapped).
-    #[cfg(test)]
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.0.clear();
     }
 }

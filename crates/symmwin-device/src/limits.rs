@@ -10,7 +10,7 @@ fn read_number(path: &str) -> Option<usize> {
 
 /// Mappings this process has now (`None` if they cannot be counted). Counted through a
 /// small buffer: near the limit, a buffer as large as the whole list may be refused.
-pub(crate) fn mapping_count() -> Option<usize> {
+pub fn mapping_count() -> Option<usize> {
     use std::io::Read;
     let mut maps = std::fs::File::open("/proc/self/maps").ok()?;
     let mut buf = [0u8; 16 * 1024];
@@ -30,7 +30,7 @@ const MAP_COUNT_MARGIN: usize = 64;
 
 /// An mmap that failed with `errno`: when it is ENOMEM and the process is at its
 /// mapping limit, say so and name `vm.max_map_count`; otherwise the plain OS error.
-pub(crate) fn mmap_error(phase: Phase, call: &'static str, errno: rustix::io::Errno) -> Error {
+pub fn mmap_error(phase: Phase, call: &'static str, errno: rustix::io::Errno) -> Error {
     if errno == rustix::io::Errno::NOMEM {
         let max = read_number("/proc/sys/vm/max_map_count");
         let count = mapping_count();
@@ -53,7 +53,7 @@ pub(crate) fn mmap_error(phase: Phase, call: &'static str, errno: rustix::io::Er
 
 /// The error for a round that timed out after the kernel dropped `dropped`
 /// messages' fds (`MSG_CTRUNC`) while `waiting` ranks were still missing.
-pub(crate) fn fd_limit_error(dropped: u64, waiting: &[usize]) -> Error {
+pub fn fd_limit_error(dropped: u64, waiting: &[usize]) -> Error {
     // Listing the fds needs one more; failing to is itself a sign that none is left.
     let open = std::fs::read_dir("/proc/self/fd").map_or("every one in use".to_owned(), |d| {
         format!("{} open", d.count())

@@ -16,7 +16,7 @@ use crate::error::{Phase, Result};
 
 /// How often a host wait looks at interrupts and at its peers' death marks (what
 /// bounds how soon it ends after either).
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(50);
+pub const LOOK_EVERY: Duration = Duration::from_millis(50);
 /// A wait looks at interrupts only from this long on, then at every tick.
 const QUIET_START: Duration = Duration::from_millis(20);
 
@@ -26,7 +26,7 @@ const FIRST_REPORT: Duration = Duration::from_secs(10);
 const REPORT_EVERY: Duration = Duration::from_secs(30);
 
 /// One host wait in progress.
-pub(crate) struct Waiting {
+pub struct Waiting {
     phase: Phase,
     rank: usize,
     timeout: Duration,
@@ -36,7 +36,7 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     /// A wait of rank `rank` in `phase`, for at most `timeout`.
-    pub(crate) fn new(phase: Phase, rank: usize, timeout: Duration) -> Self {
+    pub fn new(phase: Phase, rank: usize, timeout: Duration) -> Self {
         Waiting {
             phase,
             rank,
@@ -48,7 +48,7 @@ impl Waiting {
 
     /// Call at least every [`LOOK_EVERY`] while waiting, with what the wait is for
     /// ("for rank(s) [1] in rendezvous 3"): fails once the caller interrupted.
-    pub(crate) fn tick(&mut self, describe: impl FnOnce() -> String) -> Result<()> {
+    pub fn tick(&mut self, describe: impl FnOnce() -> String) -> Result<()> {
         let waited = self.started.elapsed();
         if waited >= QUIET_START {
             crate::interrupt::check(self.phase).map_err(|e| e.at_rank(self.rank))?;
