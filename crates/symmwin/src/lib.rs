@@ -55,7 +55,7 @@ mod provider {
     //! The backends, over the device contract.
     pub use symmwin_device::provider::*;
     pub mod cuda;
-    pub mod host;
+    pub use symmwin_host as host;
 }
 mod protocol;
 mod registry;

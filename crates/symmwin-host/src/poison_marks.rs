@@ -11,12 +11,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::layout::PadLayout;
-use crate::poison::Poison;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::layout::PadLayout;
+use symmwin_device::poison::Poison;
 
 /// Bytes of one mark.
-pub(crate) const MARK_BYTES: usize = 16;
+pub const MARK_BYTES: usize = 16;
 
 /// The two words of the mark at `addr`.
 ///
@@ -37,7 +37,7 @@ unsafe fn words<'a>(addr: usize) -> [&'a AtomicU64; 2] {
 ///
 /// # Safety
 /// As [`words`].
-pub(crate) unsafe fn read_at(addr: usize) -> Option<Poison> {
+pub unsafe fn read_at(addr: usize) -> Option<Poison> {
     // SAFETY: a propagation of the caller's assertion.
     let [word0, word1] = unsafe { words(addr) };
     let first = word0.load(Ordering::Acquire);
@@ -51,7 +51,7 @@ pub(crate) unsafe fn read_at(addr: usize) -> Option<Poison> {
 ///
 /// # Safety
 /// As [`words`].
-pub(crate) unsafe fn clear_at(addr: usize) {
+pub unsafe fn clear_at(addr: usize) {
     // SAFETY: a propagation of the caller's assertion.
     let [word0, word1] = unsafe { words(addr) };
     word1.store(0, Ordering::Relaxed);
@@ -59,7 +59,7 @@ pub(crate) unsafe fn clear_at(addr: usize) {
 }
 
 /// The record in this rank's own mark of `pads`, if they have marks and it is set.
-pub(crate) fn read(pads: &PadLayout) -> Option<Poison> {
+pub fn read(pads: &PadLayout) -> Option<Poison> {
     let own = pads.mark(pads.rank())?;
     // SAFETY: `pads` describe a live window's pads (the caller holds the window), and
     // this rank's own pad pool memory is always mapped; `own` is 16-byte aligned.
@@ -67,12 +67,12 @@ pub(crate) fn read(pads: &PadLayout) -> Option<Poison> {
 }
 
 /// The error of a call refused on a window poisoned by `poison`.
-pub(crate) fn refused(poison: Poison) -> Error {
+pub fn refused(poison: Poison) -> Error {
     Error::new(Phase::Signal, ErrorKind::Poisoned(Box::new(poison)))
 }
 
 /// Fail when `pads` are poisoned: what every call does first.
-pub(crate) fn check(pads: &PadLayout) -> Result<()> {
+pub fn check(pads: &PadLayout) -> Result<()> {
     match read(pads) {
         None => Ok(()),
         Some(poison) => Err(refused(poison).at_rank(pads.rank())),
@@ -99,7 +99,7 @@ unsafe fn claim_at(addr: usize, record: [u64; 2]) -> Option<[u64; 2]> {
 /// Poison `pads` with `poison` on every rank `mapped` says this process maps: the first
 /// failure of the window wins (the lowest mapped rank's mark decides), and is what
 /// every mark then holds. Returns the record that won.
-pub(crate) fn poison(pads: &PadLayout, mapped: impl Fn(usize) -> bool, poison: Poison) -> Poison {
+pub fn poison(pads: &PadLayout, mapped: impl Fn(usize) -> bool, poison: Poison) -> Poison {
     let owners: Vec<usize> = (0..pads.world()).filter(|&r| mapped(r)).collect();
     let mut record = poison.encode();
     for (i, &owner) in owners.iter().enumerate() {
@@ -120,7 +120,7 @@ pub(crate) fn poison(pads: &PadLayout, mapped: impl Fn(usize) -> bool, poison: P
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::poison::PoisonCause;
+    use symmwin_device::poison::PoisonCause;
 
     fn record(rank: usize) -> Poison {
         Poison {

@@ -1,24 +1,33 @@
-//! Host shared memory: memfd regions mapped with `MAP_FIXED` into a reserved
-//! `PROT_NONE` span. The same protocol as CUDA VMM, on any Linux machine.
+//! symmwin-host: symmwin's host-memory backend, for the `symmwin` runtime (which
+//! always builds it) and for tests that need shared memory without a GPU.
 //!
-//! As the CUDA provider is laid out: [`memory`] (regions, spans, tables),
-//! [`signals`] (pad signals with CPU atomics) and [`ops`] (the collective ops as CPU
+//! Host shared memory: memfd regions mapped with `MAP_FIXED` into a reserved
+//! `PROT_NONE` span. The same protocol as CUDA VMM, on any Linux machine. It
+//! implements the contract of `symmwin-device` and depends on nothing else of symmwin.
+//!
+//! As the CUDA provider is laid out: `memory` (regions, spans, tables),
+//! `signals` (pad signals with CPU atomics) and `ops` (the collective ops as CPU
 //! copies).
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod memory;
 mod ops;
-pub(crate) mod poison_marks;
+pub mod poison_marks;
 mod signals;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
-use super::mapped::MappedRanges;
-use super::{HandleType, Memory, Provider, ProviderInfo, ProviderKind, SharedHandle, Span, Table};
-use crate::error::{Error, ErrorKind, Phase, Result};
 use memory::{HostMemory, HostSpan, HostTable};
-pub(crate) use ops::{check_own_sends, mismatch_error, HostOps, Published};
+pub use ops::{check_own_sends, mismatch_error, HostOps, Published};
 pub use signals::HostSignals;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::mapped::MappedRanges;
+use symmwin_device::provider::{
+    HandleType, Memory, Provider, ProviderInfo, ProviderKind, SharedHandle, Span, Table,
+};
 
 /// Seals every region carries: a peer can neither shrink (SIGBUS for us) nor grow it.
 const REQUIRED_SEALS: SealFlags = SealFlags::SHRINK
@@ -122,7 +131,7 @@ impl Provider for HostProvider {
             )
         }
         .map_err(|e| {
-            crate::debug_free::name_mode_in(crate::limits::mmap_error(
+            symmwin_device::debug_free::name_mode_in(symmwin_device::limits::mmap_error(
                 Phase::Map,
                 "mmap(reserve)",
                 e,
@@ -139,11 +148,11 @@ impl Provider for HostProvider {
         Ok(Box::new(HostTable(words.to_vec().into_boxed_slice())))
     }
 
-    fn signals(&self) -> &dyn super::Signals {
+    fn signals(&self) -> &dyn symmwin_device::provider::Signals {
         &self.signals
     }
 
-    fn ops(&self) -> &dyn crate::provider::device_ops::DeviceOps {
+    fn ops(&self) -> &dyn symmwin_device::provider::device_ops::DeviceOps {
         &self.ops
     }
 

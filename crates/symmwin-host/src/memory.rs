@@ -5,10 +5,10 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::mm::{MapFlags, ProtFlags};
 
-use super::super::mapped::MappedRanges;
-use super::super::{downcast, Memory, SharedHandle, Span, Table};
 use super::page_size;
-use crate::error::{Error, Phase, Result};
+use symmwin_device::error::{Error, Phase, Result};
+use symmwin_device::provider::mapped::MappedRanges;
+use symmwin_device::provider::{downcast, Memory, SharedHandle, Span, Table};
 
 /// A sealed memfd region.
 #[derive(Debug)]
@@ -71,7 +71,7 @@ impl Span for HostSpan {
                 0,
             )
         }
-        .map_err(|e| crate::limits::mmap_error(Phase::Map, "mmap(MAP_FIXED)", e))?;
+        .map_err(|e| symmwin_device::limits::mmap_error(Phase::Map, "mmap(MAP_FIXED)", e))?;
         self.mapped.insert(offset, memory.len);
         Ok(())
     }
@@ -162,7 +162,7 @@ fn zero_run(start: usize, len: usize, in_memory: bool) {
 
 impl Drop for HostSpan {
     fn drop(&mut self) {
-        if crate::debug_free::enabled() {
+        if symmwin_device::debug_free::enabled() {
             return self.quarantine();
         }
         // SAFETY: base/len is the reservation made in `reserve`; munmap of the whole
@@ -176,7 +176,7 @@ impl Drop for HostSpan {
 impl HostSpan {
     /// Release the pages but keep the range reserved with no access, so that any later
     /// access through a stale pointer faults, until the quarantine releases it after
-    /// `SYMMWIN_DEBUG_FREE_KEEP` newer frees ([`crate::debug_free`]).
+    /// `SYMMWIN_DEBUG_FREE_KEEP` newer frees ([`symmwin_device::debug_free`]).
     fn quarantine(&mut self) {
         // SAFETY: base/len is our reservation; a fixed PROT_NONE anonymous mapping over
         // it replaces (and so unmaps) every region mapped inside, and nothing else of
@@ -193,7 +193,7 @@ impl HostSpan {
             tracing::error!("quarantining a freed host span failed: {e}");
         }
         let (base, len) = (self.base, self.len);
-        crate::debug_free::quarantine(Box::new(move || {
+        symmwin_device::debug_free::quarantine(Box::new(move || {
             // SAFETY: our PROT_NONE reservation from above, which nothing else uses;
             // released once, by the quarantine, after `keep()` newer frees.
             if let Err(e) = unsafe { rustix::mm::munmap(base as *mut _, len) } {

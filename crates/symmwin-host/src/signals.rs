@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::super::{PadLayout, PadSignal, SignalAt, Signals};
 use super::poison_marks;
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{PadLayout, PadSignal, SignalAt, Signals};
 
 /// Signals on host memory: the pads are plain shared memory, so CPU atomics suffice.
 #[derive(Debug, Default)]
@@ -37,15 +37,15 @@ fn spin_until(
 
 /// What a host wait waits for: until when, for which peer, and whose deaths it sees.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HostWait {
-    pub(crate) deadline: Instant,
-    pub(crate) peer: usize,
-    pub(crate) peers: crate::peer_watch::PeerSet,
+pub struct HostWait {
+    pub deadline: Instant,
+    pub peer: usize,
+    pub peers: symmwin_device::peer_watch::PeerSet,
     /// The waiting rank, and what it waits in ("a barrier on channel 0").
-    pub(crate) waiter: (usize, &'static str),
+    pub waiter: (usize, &'static str),
     /// This rank's poison mark of the pads waited on, if they have one: a wait sees
     /// the window poisoned by another rank within one look.
-    pub(crate) mark: Option<usize>,
+    pub mark: Option<usize>,
 }
 
 /// Spin (yielding, then sleeping) until `done` or the deadline: `Ok(false)` on timeout,
@@ -54,11 +54,11 @@ pub(crate) struct HostWait {
 /// outnumber cores, so the wait gives the peer it waits for a chance to run. The death
 /// mark is read before `done` is looked at once more, so a peer that did its part and
 /// then ended fails nothing.
-pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
+pub fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Result<bool> {
     let mut spins = 0u32;
-    let mut next_look = Instant::now() + crate::waiting::LOOK_EVERY;
+    let mut next_look = Instant::now() + symmwin_device::waiting::LOOK_EVERY;
     let timeout = wait.deadline.saturating_duration_since(Instant::now());
-    let mut waiting = crate::waiting::Waiting::new(Phase::Signal, wait.waiter.0, timeout);
+    let mut waiting = symmwin_device::waiting::Waiting::new(Phase::Signal, wait.waiter.0, timeout);
     while !done() {
         spins += 1;
         if spins % 64 == 0 {
@@ -69,7 +69,7 @@ pub(crate) fn wait_until(wait: HostWait, mut done: impl FnMut() -> bool) -> Resu
                     return if done() { Ok(true) } else { Err(gone) };
                 }
                 waiting.tick(|| format!("for rank {} in {}", wait.peer, wait.waiter.1))?;
-                next_look = now + crate::waiting::LOOK_EVERY;
+                next_look = now + symmwin_device::waiting::LOOK_EVERY;
             }
             if now >= wait.deadline {
                 return Ok(false);
@@ -98,7 +98,7 @@ fn poisoned_at(mark: Option<usize>) -> Result<()> {
 }
 
 /// A wait for `peer` that gave up after `timeout`.
-pub(crate) fn timed_out(peer: usize, timeout: Duration) -> Error {
+pub fn timed_out(peer: usize, timeout: Duration) -> Error {
     Error::new(
         Phase::Signal,
         ErrorKind::Timeout {
@@ -147,7 +147,7 @@ impl Flip {
         self,
         pads: &PadLayout,
         channel: usize,
-        until: (Instant, crate::peer_watch::PeerSet),
+        until: (Instant, symmwin_device::peer_watch::PeerSet),
         timeout: Duration,
     ) -> Result<()> {
         let me = pads.rank();

@@ -11,16 +11,16 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::provider::device_ops::elem;
-use crate::provider::device_ops::plan::{in_table_len, plan, Plan, Shape};
-use crate::provider::device_ops::{
+use symmwin_device::error::{Error, Result};
+use symmwin_device::provider::device_ops::elem;
+use symmwin_device::provider::device_ops::plan::{in_table_len, plan, Plan, Shape};
+use symmwin_device::provider::device_ops::{
     DeviceOps, OpContext, OpRequest, ReduceOp, SignalWait, SymmBuf, Tile, VarArgs,
 };
-use crate::provider::{PadSignal, SignalAt, Signals};
+use symmwin_device::provider::{PadSignal, SignalAt, Signals};
 
 use super::signals::{timed_out, wait_until, HostSignals, HostWait};
-use crate::provider::device_ops::fingerprint::{self, Disagreement};
+use symmwin_device::provider::device_ops::fingerprint::{self, Disagreement};
 
 /// [`DeviceOps`] for the host provider.
 #[derive(Debug, Default)]
@@ -63,21 +63,21 @@ impl HostOps {
 /// the ranks in `peers` to read between an op's entry and exit barriers. Cleared
 /// when dropped, after the exit barrier (every peer has read it by then, and pads
 /// are zero at rest again), or at once when a barrier fails.
-pub(crate) struct Published<'a, P: Iterator<Item = usize> + Clone> {
+pub struct Published<'a, P: Iterator<Item = usize> + Clone> {
     ctx: &'a OpContext,
     peers: P,
 }
 
 impl<'a, P: Iterator<Item = usize> + Clone> Published<'a, P> {
     /// Publish `ctx`'s fingerprint word; the entry barrier's release makes it visible.
-    pub(crate) fn new(ctx: &'a OpContext, peers: P) -> Result<Self> {
+    pub fn new(ctx: &'a OpContext, peers: P) -> Result<Self> {
         fingerprint_word(ctx, ctx.rank)?.store(ctx.fingerprint.word(), Ordering::Relaxed);
         Ok(Published { ctx, peers })
     }
 
     /// The peers whose published word differs from this rank's (read after the entry
     /// barrier's acquire), if any.
-    pub(crate) fn disagreement(&self) -> Option<Disagreement> {
+    pub fn disagreement(&self) -> Option<Disagreement> {
         let mine = self.ctx.fingerprint.word();
         let differ: Vec<(usize, u32)> = self
             .peers
@@ -112,7 +112,7 @@ fn fingerprint_word(ctx: &OpContext, owner: usize) -> Result<&AtomicU32> {
 }
 
 /// The error of a disagreement seen by this rank.
-pub(crate) fn mismatch_error(op: &OpRequest, ctx: &OpContext, seen: &Disagreement) -> Error {
+pub fn mismatch_error(op: &OpRequest, ctx: &OpContext, seen: &Disagreement) -> Error {
     fingerprint::mismatch_error(op, ctx.fingerprint, ctx.engine, ctx.rank, seen)
 }
 
@@ -150,7 +150,7 @@ fn write_i64s(buf: &SymmBuf, rank: usize, values: &[i64]) -> Result<()> {
 
 /// This rank's own input table must stay inside its input rows (torch asserts it on
 /// the device; here it is an error after the op).
-pub(crate) fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
+pub fn check_own_sends(shape: Shape, table: &[i64], args: &VarArgs) -> Result<()> {
     let n = match shape {
         Shape::Combine => table.len() / 2,
         _ => table.len(),
