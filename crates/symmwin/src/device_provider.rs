@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::provider::cuda::CudaProvider;
+use crate::error::{Error, ErrorKind, Phase};
 use crate::{HandlePreference, HostProvider, Provider, Result};
 
 /// The provider for `device`: host shared memory for a negative device (the C ABI's
@@ -11,8 +11,28 @@ pub fn provider_for_device(device: i32, handle: HandlePreference) -> Result<Arc<
     if device < 0 {
         Ok(Arc::new(HostProvider::new()))
     } else {
-        Ok(Arc::new(CudaProvider::new(device, handle)?))
+        cuda_provider(device, handle)
     }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_provider(device: i32, handle: HandlePreference) -> Result<Arc<dyn Provider>> {
+    Ok(Arc::new(crate::provider::cuda::CudaProvider::new(
+        device, handle,
+    )?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_provider(_device: i32, _handle: HandlePreference) -> Result<Arc<dyn Provider>> {
+    Err(without_cuda())
+}
+
+/// What every CUDA entry point of a build without the `cuda` feature returns: the
+/// error of a machine without a driver.
+#[cfg_attr(feature = "cuda", allow(dead_code))]
+pub(crate) fn without_cuda() -> Error {
+    let why = "this symmwin was built without its `cuda` feature".to_owned();
+    Error::new(Phase::Probe, ErrorKind::NoDriver(why))
 }
 
 #[cfg(test)]

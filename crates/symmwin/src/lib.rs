@@ -53,8 +53,9 @@ mod private_dir;
 mod probe;
 mod provider {
     //! The backends, over the device contract.
+    #[cfg(feature = "cuda")]
+    pub use symmwin_cuda as cuda;
     pub use symmwin_device::provider::*;
-    pub mod cuda;
     pub use symmwin_host as host;
 }
 mod protocol;
@@ -93,11 +94,14 @@ pub use ops::{DType, ElemType, Elements, OpOptions, Operand, Rank, ReduceOp, Row
 pub use peer_exit::PeerExit;
 pub use peer_watch::PeerSet;
 pub use poison::{Poison, PoisonCause};
-pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
+pub use probe::{
+    machine as probe_machine, machine_json as probe_machine_json, DeviceReport, MachineReport,
+};
+#[cfg(feature = "cuda")]
 pub use provider::cuda::{
     check_context as check_cuda_context, device_count as cuda_device_count, peer_access,
-    probe_device, read_fabric_domain, CudaProvider, CudaSignals, DeviceReport, FabricDomainProbe,
-    HandleSupport, NoFabricDomain, NvmlStatus,
+    probe_device, read_fabric_domain, CudaProvider, CudaSignals, FabricDomainProbe, HandleSupport,
+    NoFabricDomain, NvmlStatus,
 };
 pub use provider::host::HostProvider;
 pub use provider::{
