@@ -222,7 +222,7 @@ impl Store for CallbackStore {
     ) -> symmwin::Result<Vec<Option<Vec<u8>>>> {
         let cb = self.callbacks()?;
         let Some(f) = cb.0.wait_all else {
-            return symmwin::testing::poll_all(self, keys, timeout);
+            return symmwin::adapter::testing::poll_all(self, keys, timeout);
         };
         let owned = keys
             .iter()

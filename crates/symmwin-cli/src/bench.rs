@@ -103,7 +103,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
             )?;
         }
     }
-    let pass_stderr = symmwin::logging_requested();
+    let pass_stderr = symmwin::adapter::logging_requested();
     if !json {
         print_title(&resolved, iters);
     }

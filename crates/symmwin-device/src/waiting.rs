@@ -2,12 +2,12 @@
 //! caller interrupts ([`crate::interrupt`]), and one that takes long says so.
 //!
 //! A wait longer than 10 s prints one line on stderr, then one every 30 s, naming what
-//! it waits for and since when ("symmwin rank 0 has waited 30 s for rank(s) [1] in
+//! it waits for and since when ("symmwin rank 0 has waited 30 s for rank(s) \[1\] in
 //! the socket trade of rendezvous 3 (timeout 1800 s)"), so that a long default timeout
 //! never passes in silence. `SYMMWIN_LOG=error` (or `off`) silences it.
 //!
 //! The interrupt hook may take Python's GIL, so a wait looks at it only once it has
-//! lasted [`QUIET_START`]: the common, quick wait (a rendezvous whose peers are there)
+//! lasted `QUIET_START`: the common, quick wait (a rendezvous whose peers are there)
 //! never calls it.
 
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ impl Waiting {
     }
 
     /// Call at least every [`LOOK_EVERY`] while waiting, with what the wait is for
-    /// ("for rank(s) [1] in rendezvous 3"): fails once the caller interrupted.
+    /// ("for rank(s) \[1\] in rendezvous 3"): fails once the caller interrupted.
     pub fn tick(&mut self, describe: impl FnOnce() -> String) -> Result<()> {
         let waited = self.started.elapsed();
         if waited >= QUIET_START {

@@ -36,7 +36,7 @@ unsafe fn words<'a>(addr: usize) -> [&'a AtomicU64; 2] {
 /// The record in the mark at `addr`, if any.
 ///
 /// # Safety
-/// As [`words`].
+/// As `words`.
 pub unsafe fn read_at(addr: usize) -> Option<Poison> {
     // SAFETY: a propagation of the caller's assertion.
     let [word0, word1] = unsafe { words(addr) };
@@ -50,7 +50,7 @@ pub unsafe fn read_at(addr: usize) -> Option<Poison> {
 /// Zero the mark at `addr` (a slot no rank uses any more, being scrubbed).
 ///
 /// # Safety
-/// As [`words`].
+/// As `words`.
 pub unsafe fn clear_at(addr: usize) {
     // SAFETY: a propagation of the caller's assertion.
     let [word0, word1] = unsafe { words(addr) };

@@ -17,9 +17,7 @@ pub fn provider_for_device(device: i32, handle: HandlePreference) -> Result<Arc<
 
 #[cfg(feature = "cuda")]
 fn cuda_provider(device: i32, handle: HandlePreference) -> Result<Arc<dyn Provider>> {
-    Ok(Arc::new(crate::provider::cuda::CudaProvider::new(
-        device, handle,
-    )?))
+    Ok(Arc::new(symmwin_cuda::CudaProvider::new(device, handle)?))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -43,6 +41,6 @@ mod tests {
     fn a_negative_device_is_host_memory() {
         let provider = provider_for_device(-1, HandlePreference::Auto).unwrap();
         assert_eq!(provider.info().device, -1);
-        assert_eq!(provider.info().kind, crate::ProviderKind::Host);
+        assert_eq!(provider.info().kind, crate::provider::ProviderKind::Host);
     }
 }

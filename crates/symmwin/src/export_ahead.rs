@@ -154,13 +154,13 @@ fn submit(job: Job) -> std::result::Result<(), Job> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::host::HostProvider;
     use crate::provider::Provider;
+    use symmwin_host::HostProvider;
 
     #[test]
     fn handle_exported_ahead_refers_to_the_same_memory() {
         let provider = HostProvider::new();
-        let size = crate::provider::host::page_size();
+        let size = symmwin_host::page_size();
         let memory: Arc<dyn Memory> = Arc::from(provider.create(size).unwrap());
         let handles: Vec<SharedHandle> = (0..4)
             .map(|_| ExportAhead::start(Arc::clone(&memory)))

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 #[cfg(feature = "cuda")]
-pub use crate::provider::cuda::DeviceReport;
+pub use symmwin_cuda::DeviceReport;
 
 /// A build without the `cuda` feature reports no CUDA device.
 #[cfg(not(feature = "cuda"))]
@@ -25,7 +25,7 @@ pub struct MachineReport {
 
 /// Probe the machine. Never fails: missing CUDA is reported in `cuda_error`.
 pub fn machine() -> MachineReport {
-    let host_granularity = crate::provider::host::page_size();
+    let host_granularity = symmwin_host::page_size();
     match cuda_devices() {
         Ok((devices, peer_access)) => MachineReport {
             host_granularity,
@@ -45,7 +45,7 @@ pub fn machine() -> MachineReport {
 /// Every CUDA device, and which can access which.
 #[cfg(feature = "cuda")]
 fn cuda_devices() -> crate::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
-    use crate::provider::cuda;
+    use symmwin_cuda as cuda;
     let n = cuda::device_count()?;
     let devices = (0..n)
         .map(cuda::probe_device)

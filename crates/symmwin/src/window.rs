@@ -16,7 +16,6 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::poison::Poison;
-use crate::provider::host::poison_marks;
 use crate::provider::{
     PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
 };
@@ -24,6 +23,7 @@ use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
 use crate::window_cache::WindowSpan;
+use symmwin_host::poison_marks;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]

@@ -310,12 +310,12 @@ pub fn counts() -> (usize, usize) {
 mod tests {
     use std::sync::Arc;
 
+    use crate::adapter::testing::nonzero_bytes;
     use crate::allocation::Allocation;
     use crate::group::{Group, GroupSpec};
-    use crate::provider::host::{page_size, HostProvider};
     use crate::provider::Provider;
     use crate::store::MemoryStore;
-    use crate::testing::nonzero_bytes;
+    use symmwin_host::{page_size, HostProvider};
 
     /// Both ranks (threads, each with its own provider) run `step` at once.
     fn both<T: Send>(

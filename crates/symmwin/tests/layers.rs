@@ -12,12 +12,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// Bottom to top: a module may use modules of its own layer or of the ones before.
+/// Below all of them are the crates symmwin depends on (symmwin-device, and the
+/// backends symmwin-host and symmwin-cuda): Cargo keeps those arrows pointing down,
+/// and the device contract's modules that lib.rs imports under their old names
+/// (`crate::error`, `crate::layout`, ...) are no files here, so no layer.
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "settings",
         &["token", "protocol", "private_dir", "config", "logging"],
     ),
-    ("providers", &["provider"]),
     ("store, exchange, signals", &["store", "exchange", "signal"]),
     (
         "local memory",
@@ -25,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("groups and windows", &["group", "rendezvous", "window"]),
     ("ops", &["ops", "registry"]),
-    ("entry points", &["device_provider", "probe", "testing"]),
+    ("entry points", &["device_provider", "probe", "adapter"]),
 ];
 
 fn src_dir() -> PathBuf {

@@ -155,8 +155,8 @@ mod tests {
     use crate::allocation::Allocation;
     use crate::error::{ErrorKind, Phase};
     use crate::group::{Group, GroupSpec};
-    use crate::provider::host::HostProvider;
     use crate::store::MemoryStore;
+    use symmwin_host::HostProvider;
 
     /// Both ranks of a world-2 group on one memory store, with a short timeout.
     fn pair(name: &str) -> (Arc<MemoryStore>, [Group; 2]) {

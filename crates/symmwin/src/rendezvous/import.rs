@@ -96,7 +96,7 @@ fn finish(import: Import, limit: Duration) -> Imported {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::host::{page_size, HostProvider};
+    use symmwin_host::{page_size, HostProvider};
 
     #[test]
     fn side_by_side_imports_come_back_in_rank_order_and_a_bad_one_names_its_peer() {

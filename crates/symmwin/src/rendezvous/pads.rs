@@ -76,7 +76,7 @@ impl Rendezvous<'_> {
 /// use every pad word; see `provider::host::poison_marks`).
 fn mark_bytes(kind: crate::provider::ProviderKind) -> usize {
     match kind {
-        crate::provider::ProviderKind::Host => crate::provider::host::poison_marks::MARK_BYTES,
+        crate::provider::ProviderKind::Host => symmwin_host::poison_marks::MARK_BYTES,
         crate::provider::ProviderKind::Cuda => 0,
     }
 }

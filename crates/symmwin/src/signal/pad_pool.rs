@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::layout::{pad_place, FlatLayout, PadLayout};
-use crate::provider::host::poison_marks;
 use crate::provider::Span;
+use symmwin_host::poison_marks;
 
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
 #[derive(Debug)]
@@ -410,7 +410,7 @@ mod tests {
         use crate::provider::Provider;
         let provider = crate::HostProvider::new();
         let (pad, world, rank) = (64, 2, 0);
-        let bytes = pool_bytes(pad, crate::provider::host::page_size(), 16).unwrap();
+        let bytes = pool_bytes(pad, symmwin_host::page_size(), 16).unwrap();
         let memory = provider.create(bytes * world).unwrap();
         let mut span = provider.reserve(bytes * world).unwrap();
         span.map(0, memory.as_ref()).unwrap();

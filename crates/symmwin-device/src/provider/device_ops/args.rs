@@ -254,7 +254,7 @@ impl Fingerprint {
     }
 
     /// The 32-bit word a provider sends in its entry signal: never 0 (a pad word at
-    /// rest) nor [`PLAIN_SIGNAL`] for a collective, so a peer at another op (or at a
+    /// rest) nor `PLAIN_SIGNAL` for a collective, so a peer at another op (or at a
     /// plain signal) never matches by accident of the constant.
     pub fn word(self) -> u32 {
         if self.value == 0 {
@@ -284,7 +284,7 @@ pub struct OpContext {
     /// Signal pads the op synchronizes on (those of its first operand's window).
     pub pads: PadLayout,
     /// The pad channel reserved for ops (the last channel of the pad, see
-    /// [`super::ops_channel`]), so an op never consumes a signal meant for a user's
+    /// `ops_channel`), so an op never consumes a signal meant for a user's
     /// `put_signal` / `wait_signal` / `barrier` on the low channels.
     pub channel: usize,
     /// How long a wait for a peer may take before the op fails naming it.

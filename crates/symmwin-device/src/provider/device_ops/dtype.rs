@@ -6,7 +6,7 @@
 //! The code is the 64-bit FNV-1a hash of torch's Python name of the dtype without its
 //! `torch.` prefix (`"float32"`, `"int32"`, `"bfloat16"`). A name torch's C++ side
 //! spells otherwise (`c10::toString`: `"Float"`, `"Int"`, `"BFloat16"`) or with the
-//! prefix (`str(torch.float32)`) maps to the same code through [`KNOWN`]; a name
+//! prefix (`str(torch.float32)`) maps to the same code through `KNOWN`; a name
 //! symmwin does not know is hashed as it is given (prefix stripped), so two dtypes
 //! unknown to symmwin never share a code by falling into one "unknown" bucket. Code 0
 //! is an operand whose caller named no dtype (the Rust API's default, bytes).

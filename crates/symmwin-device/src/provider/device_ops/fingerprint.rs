@@ -299,7 +299,7 @@ impl fmt::Display for Disagreement {
 
 /// The error every rank that sees a disagreement raises: names the op (once), this
 /// rank's operands and, for each rank that differs, what it passed where that can be
-/// told (see [`explain`]) or its word.
+/// told (see `explain`) or its word.
 pub fn mismatch_error(
     op: &OpRequest,
     mine: Fingerprint,

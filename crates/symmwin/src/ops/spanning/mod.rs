@@ -28,8 +28,8 @@ use crate::provider::{Provider, ProviderKind};
 use crate::signal::remote::{RemotePeers, SignalScope};
 
 use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
-use crate::provider::host::{mismatch_error, Published};
 use moves::Moves;
+use symmwin_host::{mismatch_error, Published};
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move
 /// data as the module describes; the one-sided ops reach only mapped peers (the safe

@@ -6,13 +6,13 @@
 
 pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
 pub use crate::exchange::{Endpoint, PeerAddress, Round};
-pub use crate::ops::plan;
 pub use crate::protocol::PROTOCOL_VERSION;
-pub use crate::provider::host::page_size;
 pub use crate::rendezvous::locality::{DirIdentity, Locality};
 pub use crate::rendezvous::request::{validate, Request};
 pub use crate::store::{poll_all, Namespace};
 pub use crate::token::{random_u64, stable_id, Token};
+pub use symmwin_device::provider::device_ops::plan;
+pub use symmwin_host::page_size;
 
 /// The secret bytes of `token`, for tests that forge a message carrying it.
 pub fn token_bytes(token: &Token) -> [u8; 16] {
