@@ -28,6 +28,7 @@ pub fn clear() {
 }
 
 /// Whether [`request`] was called since the last [`clear`].
+#[inline]
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
@@ -40,6 +41,7 @@ pub fn set_check(check: Option<fn() -> bool>) {
 }
 
 /// The error a wait in `phase` ends with when it was interrupted.
+#[inline]
 pub fn check(phase: Phase) -> Result<()> {
     let hooked = CHECK.load(Ordering::SeqCst);
     let by_hook = !hooked.is_null() && {

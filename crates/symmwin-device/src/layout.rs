@@ -9,6 +9,7 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 
 /// Round `size` up to a multiple of `granularity` (a power of two). Zero stays zero.
+#[inline]
 pub fn round_up(size: usize, granularity: usize) -> Result<usize> {
     if granularity == 0 || !granularity.is_power_of_two() {
         return Err(Error::invalid(format!(
@@ -55,6 +56,7 @@ impl FlatLayout {
     }
 
     /// Start of rank `rank`'s slot.
+    #[inline]
     pub fn slot(&self, rank: usize) -> Result<usize> {
         if rank >= self.world {
             return Err(Error::invalid(format!(
@@ -67,6 +69,7 @@ impl FlatLayout {
     }
 
     /// Offset of rank `rank`'s slot from the start of the span.
+    #[inline]
     pub fn offset_of(&self, rank: usize) -> Result<usize> {
         Ok(self.slot(rank)? - self.base)
     }
@@ -80,6 +83,7 @@ impl FlatLayout {
 
     /// Addresses of `len` bytes at byte `offset` of `rank`'s slot, checked to stay
     /// inside that slot.
+    #[inline]
     pub fn slot_range(&self, rank: usize, offset: usize, len: usize) -> Result<Range<usize>> {
         let start = self.slot(rank)?;
         match offset.checked_add(len) {
@@ -93,6 +97,7 @@ impl FlatLayout {
 
     /// The layout of the sub-slots that start `offset` bytes into every slot (a pad
     /// inside a pool window's slots); `offset` must lie inside a slot.
+    #[inline]
     pub fn at_offset(&self, offset: usize) -> Result<FlatLayout> {
         if offset >= self.stride.max(1) {
             return Err(Error::invalid(format!(
@@ -104,6 +109,7 @@ impl FlatLayout {
     }
 
     /// Inverse of [`FlatLayout::slot`] for any address inside the span: `(rank, offset)`.
+    #[inline]
     pub fn locate(&self, addr: usize) -> Option<(usize, usize)> {
         let off = addr.checked_sub(self.base)?;
         let rank = off / self.stride.max(1);
@@ -169,6 +175,7 @@ impl PadLayout {
     }
 
     /// Address of `owner`'s poison mark, where these pads have marks.
+    #[inline]
     pub fn mark(&self, owner: usize) -> Option<usize> {
         let base = self.marks?;
         (owner < self.world()).then(|| base + owner * self.slots.stride)
@@ -186,36 +193,43 @@ impl PadLayout {
     }
 
     /// Address of rank 0's pad.
+    #[inline]
     pub fn base(&self) -> usize {
         self.slots.base
     }
 
     /// Distance between ranks' pads.
+    #[inline]
     pub fn stride(&self) -> usize {
         self.slots.stride
     }
 
     /// Pad length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when a pad holds no word at all.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len < WORD
     }
 
     /// This process's rank.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.rank
     }
 
     /// Number of ranks.
+    #[inline]
     pub fn world(&self) -> usize {
         self.slots.world
     }
 
     /// Channels a pad holds at this world size (one word per source rank each).
+    #[inline]
     pub fn channels(&self) -> usize {
         self.len / WORD / self.world()
     }
@@ -226,6 +240,7 @@ impl PadLayout {
     }
 
     /// Byte offset inside a pad of the word for (`channel`, `src`), checked to fit.
+    #[inline]
     pub fn slot_offset(&self, channel: usize, src: usize) -> Result<usize> {
         let world = self.world();
         channel
@@ -242,6 +257,7 @@ impl PadLayout {
     }
 
     /// Address of the word for (`channel`, `src`) in `owner`'s pad, checked to fit.
+    #[inline]
     pub fn word(&self, owner: usize, channel: usize, src: usize) -> Result<usize> {
         self.check_peer(owner)?;
         let offset = self.slot_offset(channel, src)?;
@@ -250,6 +266,7 @@ impl PadLayout {
     }
 
     /// Check that `peer` is a rank of this layout.
+    #[inline]
     pub fn check_peer(&self, peer: usize) -> Result<()> {
         if peer < self.world() {
             return Ok(());
@@ -270,6 +287,7 @@ fn pad_error(what: String) -> Error {
 
 /// Where pad `slot` lies among pool windows that hold `per_pool` pads of `pad_size`
 /// bytes each: which pool, and the byte offset inside every rank's slot of that pool.
+#[inline]
 pub fn pad_place(slot: usize, per_pool: usize, pad_size: usize) -> (usize, usize) {
     (slot / per_pool, (slot % per_pool) * pad_size)
 }
@@ -290,12 +308,14 @@ pub struct TileRows {
 
 impl TileRows {
     /// Bytes of one row.
+    #[inline]
     pub fn row_len(&self) -> usize {
         self.cols * self.elem_size
     }
 
     /// Byte range of row `row`. The tile's extent ([`TileRows::extent_bytes`]) must
     /// have been checked, so that nothing here overflows.
+    #[inline]
     pub fn row(&self, row: usize) -> Range<usize> {
         let start = row * self.row_stride * self.elem_size;
         start..start + self.row_len()
@@ -308,6 +328,7 @@ impl TileRows {
 
     /// Bytes from the first element to one past the last (0 for an empty tile), or
     /// `None` when that overflows.
+    #[inline]
     pub fn extent_bytes(&self) -> Option<usize> {
         if self.rows == 0 || self.cols == 0 {
             return Some(0);

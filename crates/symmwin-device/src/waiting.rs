@@ -36,6 +36,7 @@ pub struct Waiting {
 
 impl Waiting {
     /// A wait of rank `rank` in `phase`, for at most `timeout`.
+    #[inline]
     pub fn new(phase: Phase, rank: usize, timeout: Duration) -> Self {
         Waiting {
             phase,
