@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use symmwin::adapter::Recover;
 
 use symmwin::{adapter::Registry, Provider};
 
@@ -26,7 +27,7 @@ pub(crate) fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
         // After a device wait trapped, say so before anything touches the lost context.
         symmwin::adapter::check_cuda_context()?;
     }
-    let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut providers = PROVIDERS.lock().recover();
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
     }

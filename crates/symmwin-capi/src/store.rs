@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, RwLock};
+use symmwin::adapter::Recover;
 
 use symmwin::{Error, ErrorKind, Phase, Store};
 
@@ -151,16 +152,12 @@ impl CallbackStore {
     }
 
     fn callbacks(&self) -> symmwin::Result<Arc<Callbacks>> {
-        self.callbacks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                Error::new(
-                    Phase::Publish,
-                    ErrorKind::Store("the process group of this store was destroyed".into()),
-                )
-            })
+        self.callbacks.read().recover().clone().ok_or_else(|| {
+            Error::new(
+                Phase::Publish,
+                ErrorKind::Store("the process group of this store was destroyed".into()),
+            )
+        })
     }
 }
 
@@ -335,11 +332,7 @@ impl Store for CallbackStore {
     }
 
     fn release(&self) {
-        let taken = self
-            .callbacks
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let taken = self.callbacks.write().recover().take();
         drop(taken);
     }
 }

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use symmwin_device::lock::Recover;
 
 use super::context::PrimaryContext;
 use super::driver::DriverError;
@@ -67,7 +68,7 @@ impl std::fmt::Debug for DeviceExitMarks {
 
 impl DeviceExitMarks {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().recover()
     }
 
     /// The device address of `peers`' marks, allocated (and attached to the watcher) on

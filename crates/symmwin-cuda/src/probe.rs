@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
+use symmwin_device::lock::Recover;
 
 use cudarc::driver::sys;
 
@@ -145,7 +146,7 @@ pub(super) fn handle_type_works(ctx: &PrimaryContext, handle_type: HandleType) -
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     // A poisoned cache only means another thread panicked mid-insert of a Copy value;
     // the map itself is still consistent.
-    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = cache.lock().recover();
     // Holding the lock across the probe keeps two threads from probing the same device
     // at once; probes are rare and fast.
     *cache

@@ -1,6 +1,7 @@
 //! The CUDA provider's own tests; those that need a GPU are ignored without one.
 
 use super::*;
+use symmwin_device::lock::Recover;
 use symmwin_device::provider::{PadLayout, PadSignal, SignalAt};
 
 /// Device 0's provider, for the tests ignored without a GPU. The guard serialises
@@ -9,7 +10,7 @@ use symmwin_device::provider::{PadLayout, PadSignal, SignalAt};
 /// two halves of a barrier would stall the first half until it times out.
 fn gpu() -> (std::sync::MutexGuard<'static, ()>, CudaProvider) {
     static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = GPU.lock().recover();
     let provider = CudaProvider::new(0, HandlePreference::Auto).unwrap_or_else(|e| {
         panic!("this test needs a CUDA GPU (run it with --ignored on one): {e}")
     });

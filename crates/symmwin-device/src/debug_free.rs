@@ -13,6 +13,7 @@
 //! every re-allocation pays a full rendezvous, so it is for finding such bugs, not for
 //! production.
 
+use crate::lock::Recover;
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
 
@@ -64,7 +65,7 @@ static QUARANTINE: Mutex<VecDeque<Release>> = Mutex::new(VecDeque::new());
 /// needs, e.g. a CUDA context), outside the lock.
 pub fn quarantine(release: Release) {
     let expired = {
-        let mut queue = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = QUARANTINE.lock().recover();
         admit(&mut queue, release, keep())
     };
     for release in expired {

@@ -21,6 +21,7 @@
 //! there as the rank ends, whether or not a kernel is waiting (under graph replay that
 //! cannot be known), so the marks are always current.
 
+use crate::lock::Recover;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -94,7 +95,7 @@ fn started() -> Option<&'static Watcher> {
 }
 
 fn entries(w: &Watcher) -> MutexGuard<'_, HashMap<u32, Entry>> {
-    w.entries.lock().unwrap_or_else(|p| p.into_inner())
+    w.entries.lock().recover()
 }
 
 fn wake(w: &Watcher) {
@@ -225,10 +226,7 @@ struct Table {
 /// reverse.
 fn tables() -> MutexGuard<'static, HashMap<u64, Table>> {
     static TABLES: OnceLock<Mutex<HashMap<u64, Table>>> = OnceLock::new();
-    TABLES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    TABLES.get_or_init(Mutex::default).lock().recover()
 }
 
 /// Watch the processes of a group's ranks: `pids[r]` is rank `r`'s, 0 where it is not

@@ -42,8 +42,8 @@
 // The device contract's modules, under the names the runtime's modules use for them
 // (`crate::error::Error`); they live in symmwin-device.
 use symmwin_device::{
-    debug_free, device_timeout, engine, error, interrupt, layout, limits, peer_exit, peer_watch,
-    poison, provider, text, waiting,
+    debug_free, device_timeout, engine, error, interrupt, layout, limits, lock, peer_exit,
+    peer_watch, poison, provider, text, waiting,
 };
 
 pub mod adapter;

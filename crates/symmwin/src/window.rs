@@ -8,6 +8,7 @@
 //! one page have no L1 coherence promise inside one CUDA kernel, so each of our kernels
 //! reaches the own memory through its slot only.
 
+use crate::lock::Recover;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -307,7 +308,7 @@ impl Window {
         field: impl Fn(&mut Tables) -> &mut Option<Box<dyn Table>>,
         words: impl Fn() -> Vec<u64>,
     ) -> Result<usize> {
-        let mut tables = self.inner.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tables = self.inner.tables.lock().recover();
         let slot = field(&mut tables);
         if let Some(table) = slot {
             return Ok(table.ptr());

@@ -39,6 +39,7 @@
 //! [`Offer::freed`]: crate::exchange::Offer::freed
 //! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
+use crate::lock::Recover;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -137,7 +138,7 @@ fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
 }
 
 fn lock() -> MutexGuard<'static, Cache> {
-    CACHE.lock().unwrap_or_else(|p| p.into_inner())
+    CACHE.lock().recover()
 }
 
 /// Keep a window freed on this rank until every rank has freed it (unless reuse is
@@ -276,7 +277,7 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
         if on_worker || !cache.zeroing.contains(&key) {
             return None;
         }
-        cache = ZEROED.wait(cache).unwrap_or_else(|p| p.into_inner());
+        cache = ZEROED.wait(cache).recover();
     }
 }
 

@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
+use symmwin_device::lock::Recover;
 
 use cudarc::driver::sys;
 
@@ -150,7 +151,7 @@ impl FailureRecord {
         if word & ERROR_FLAG == 0 {
             return Ok(());
         }
-        let _one_reader = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_reader = self.reading.lock().recover();
         let (fields, peer) = self.seen.get_or_init(|| {
             // SAFETY: the fields were written before `word` (acquire above) and are
             // never written again: the kernel trapped.

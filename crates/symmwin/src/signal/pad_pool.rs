@@ -25,6 +25,7 @@
 //! holds one slot while any rank keeps it, and none after. CUDA pads are never
 //! scrubbed: a kernel queued before the free may still wait on them.
 
+use crate::lock::Recover;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -96,7 +97,7 @@ impl PadPools {
         rank: usize,
         is_zero: impl Fn(usize, usize) -> bool,
     ) -> PadSnapshot {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let Some(set) = sets.get_mut(&pad_size) else {
             return PadSnapshot::default();
         };
@@ -141,7 +142,7 @@ impl PadPools {
         slots: &[usize],
         zero: impl Fn(usize, usize),
     ) {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let Some(set) = sets.get_mut(&pad_size) else {
             return;
         };
@@ -163,7 +164,7 @@ impl PadPools {
     /// at the same point of the same rendezvous).
     pub(crate) fn grow(&self, pad_size: usize, pool: PoolWindow, mark_bytes: usize) {
         let slots = slots_per_pool(pool.layout.stride, pad_size, mark_bytes);
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let set = sets.entry(pad_size).or_default();
         set.mark_bytes = mark_bytes;
         set.pools.push(Arc::new(pool));
@@ -173,7 +174,7 @@ impl PadPools {
 
     /// Mark `slot` used and return where its pads are.
     pub(crate) fn take(self: &Arc<Self>, pad_size: usize, slot: usize) -> Option<PadLease> {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let set = sets.get_mut(&pad_size)?;
         let per_pool = set.per_pool(pad_size)?;
         let (pool, offset) = pad_place(slot, per_pool, pad_size);
@@ -199,7 +200,7 @@ impl PadPools {
     /// and keeps the pad mapped while it waits.
     pub(crate) fn holding(&self, rank: usize, addr: usize, len: usize) -> Option<Arc<PoolWindow>> {
         let end = addr.checked_add(len)?;
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let sets = self.sets.lock().recover();
         let mut pools = sets.values().flat_map(|set| &set.pools);
         pools
             .find(|pool| {
@@ -212,7 +213,7 @@ impl PadPools {
     /// Number of pool windows across all pad sizes (for tests and diagnostics).
     /// (Bounded under poison: see the module docs.)
     pub(crate) fn pool_count(&self) -> usize {
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let sets = self.sets.lock().recover();
         sets.values().map(|s| s.pools.len()).sum()
     }
 }
@@ -305,7 +306,7 @@ impl PadLease {
 
 impl Drop for PadLease {
     fn drop(&mut self) {
-        let mut sets = self.pools.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.pools.sets.lock().recover();
         if let Some(set) = sets.get_mut(&self.pad_size) {
             if let (Some(used), Some(dirty)) =
                 (set.used.get_mut(self.slot), set.dirty.get_mut(self.slot))
