@@ -95,8 +95,8 @@ pub fn exhaustion_note() -> String {
 
 /// `err`, from a failed address reservation, with [`exhaustion_note`] added to its
 /// reason when the mode is on.
-pub fn name_mode_in(mut err: crate::Error) -> crate::Error {
-    use crate::ErrorKind;
+pub fn name_mode_in(mut err: crate::error::Error) -> crate::error::Error {
+    use crate::error::ErrorKind;
     if !enabled() {
         return err;
     }

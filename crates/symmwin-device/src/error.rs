@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::poison::{Poison, PoisonCause, MAX_WAITED};
 use crate::text::Seconds;
 
 /// The step of the protocol during which an error happened.
@@ -395,6 +396,53 @@ impl Error {
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// Which errors poison a window, and the record they leave: here, beside the error
+// kinds they read, so that `poison` (which `ErrorKind` names) never names the error.
+impl PoisonCause {
+    /// The cause of an error that ends a wait early, if it is one: only these poison.
+    pub fn of(kind: &ErrorKind) -> Option<PoisonCause> {
+        use ErrorKind as K;
+        match kind {
+            K::Timeout { .. } => Some(PoisonCause::Timeout),
+            K::Interrupted => Some(PoisonCause::Interrupted),
+            K::PeerExited { .. } => Some(PoisonCause::PeerExited),
+            K::PeerLost(_) => Some(PoisonCause::PeerLost),
+            _ => None,
+        }
+    }
+}
+
+impl Poison {
+    /// The record of `call` on `channel`, whose wait on `rank` ended with `error`, if
+    /// that error is one that ends a wait early.
+    pub fn of_failure(
+        call: &'static str,
+        channel: usize,
+        rank: usize,
+        error: &Error,
+    ) -> Option<Poison> {
+        let cause = PoisonCause::of(error.kind())?;
+        let mut waited_for: Vec<usize> = match error.kind() {
+            ErrorKind::Timeout { missing, .. } => missing.clone(),
+            ErrorKind::PeerExited { rank, .. } => vec![*rank],
+            _ => Vec::new(),
+        };
+        if let Some(peer) = error.peer() {
+            if !waited_for.contains(&peer) {
+                waited_for.insert(0, peer);
+            }
+        }
+        waited_for.truncate(MAX_WAITED);
+        Some(Poison {
+            call,
+            channel,
+            rank,
+            cause,
+            waited_for,
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -280,8 +280,8 @@ impl PadLayout {
 
 fn pad_error(what: String) -> Error {
     Error::new(
-        crate::Phase::Signal,
-        crate::ErrorKind::InvalidArgument(what),
+        crate::error::Phase::Signal,
+        crate::error::ErrorKind::InvalidArgument(what),
     )
 }
 
@@ -446,8 +446,11 @@ mod tests {
         let pads = PadLayout::new(FlatLayout::new(4096, 4096, 2).unwrap(), 8, 0).unwrap();
         assert!(!pads.is_empty());
         let err = pads.slot_offset(1, 0).unwrap_err();
-        assert_eq!(err.phase(), crate::Phase::Signal);
-        assert!(matches!(err.kind(), crate::ErrorKind::InvalidArgument(_)));
+        assert_eq!(err.phase(), crate::error::Phase::Signal);
+        assert!(matches!(
+            err.kind(),
+            crate::error::ErrorKind::InvalidArgument(_)
+        ));
         assert!(pads.slot_offset(usize::MAX, 1).is_err());
         let end = FlatLayout::new(usize::MAX - 8192, 4096, 2).unwrap();
         assert!(PadLayout::new(end, 4096, 0).is_ok());

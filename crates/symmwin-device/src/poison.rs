@@ -58,18 +58,6 @@ impl PoisonCause {
         PoisonCause::PeerExited,
         PoisonCause::PeerLost,
     ];
-
-    /// The cause of an error that ends a wait early, if it is one: only these poison.
-    pub fn of(kind: &crate::ErrorKind) -> Option<PoisonCause> {
-        use crate::ErrorKind as K;
-        match kind {
-            K::Timeout { .. } => Some(PoisonCause::Timeout),
-            K::Interrupted => Some(PoisonCause::Interrupted),
-            K::PeerExited { .. } => Some(PoisonCause::PeerExited),
-            K::PeerLost(_) => Some(PoisonCause::PeerLost),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for PoisonCause {
@@ -159,35 +147,6 @@ impl Poison {
             waited_for,
         })
     }
-
-    /// The record of `call` on `channel`, whose wait on `rank` ended with `error`, if
-    /// that error is one that ends a wait early.
-    pub fn of_failure(
-        call: &'static str,
-        channel: usize,
-        rank: usize,
-        error: &crate::Error,
-    ) -> Option<Poison> {
-        let cause = PoisonCause::of(error.kind())?;
-        let mut waited_for: Vec<usize> = match error.kind() {
-            crate::ErrorKind::Timeout { missing, .. } => missing.clone(),
-            crate::ErrorKind::PeerExited { rank, .. } => vec![*rank],
-            _ => Vec::new(),
-        };
-        if let Some(peer) = error.peer() {
-            if !waited_for.contains(&peer) {
-                waited_for.insert(0, peer);
-            }
-        }
-        waited_for.truncate(MAX_WAITED);
-        Some(Poison {
-            call,
-            channel,
-            rank,
-            cause,
-            waited_for,
-        })
-    }
 }
 
 impl fmt::Display for Poison {
@@ -253,7 +212,7 @@ mod tests {
 
     #[test]
     fn only_a_wait_that_ended_early_poisons() {
-        use crate::{Error, ErrorKind, Phase};
+        use crate::error::{Error, ErrorKind, Phase};
         let timeout = Error::new(
             Phase::Signal,
             ErrorKind::Timeout {

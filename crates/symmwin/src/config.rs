@@ -428,7 +428,7 @@ mod tests {
     fn refused(pairs: &[(&str, &str)]) -> String {
         let err = Config::from_vars(&table(pairs)).unwrap_err();
         match err.into_kind() {
-            crate::ErrorKind::InvalidArgument(why) => why,
+            crate::error::ErrorKind::InvalidArgument(why) => why,
             other => panic!("not an argument error: {other}"),
         }
     }

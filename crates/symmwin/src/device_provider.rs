@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::error::Result;
 use crate::error::{Error, ErrorKind, Phase};
-use crate::{HandlePreference, HostProvider, Provider, Result};
+use crate::provider::{HandlePreference, Provider};
+use symmwin_host::HostProvider;
 
 /// The provider for `device`: host shared memory for a negative device (the C ABI's
 /// `-1`), else CUDA device `device` exporting handles as `handle` asks.

@@ -67,8 +67,11 @@ impl ExportAhead {
 
     /// The exported handle (or the export's error), waiting for the worker if needed.
     pub(crate) fn wait(self) -> Result<SharedHandle> {
-        self.take()
-            .unwrap_or_else(|| Err(crate::Error::invalid("an exported handle was taken twice")))
+        self.take().unwrap_or_else(|| {
+            Err(crate::error::Error::invalid(
+                "an exported handle was taken twice",
+            ))
+        })
     }
 
     /// The finished export, once; `None` after it was taken.

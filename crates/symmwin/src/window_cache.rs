@@ -361,7 +361,9 @@ mod tests {
         both(&groups, |r| {
             let (alloc, window) = rendezvous(r, size);
             window.write(1 - r, 0, &vec![0xAB; size]).unwrap();
-            window.barrier(crate::SignalOptions::default()).unwrap();
+            window
+                .barrier(crate::signal::SignalOptions::default())
+                .unwrap();
             drop((alloc, window));
         });
         both(&groups, |r| drop(rendezvous(r, page_size())));

@@ -149,7 +149,7 @@ pub trait Span: Send + Sync + fmt::Debug {
     fn map_all(
         &mut self,
         items: &[(usize, &dyn Memory)],
-    ) -> std::result::Result<(), (usize, crate::Error)> {
+    ) -> std::result::Result<(), (usize, crate::error::Error)> {
         for (i, &(offset, memory)) in items.iter().enumerate() {
             self.map(offset, memory).map_err(|e| (i, e))?;
         }
@@ -178,7 +178,7 @@ pub use crate::layout::PadLayout;
 /// Device implementations enqueue a kernel on `stream` and return; a kernel whose wait
 /// times out records who waited for whom and traps, so the stream's next
 /// synchronization fails, and every later operation of the provider (and
-/// [`Signals::check_errors`]) reports [`crate::ErrorKind::ContextLost`].
+/// [`Signals::check_errors`]) reports [`crate::error::ErrorKind::ContextLost`].
 pub trait Signals: Send + Sync {
     /// Report a timeout recorded by an earlier device-side operation.
     fn check_errors(&self) -> Result<()> {

@@ -29,7 +29,7 @@ pub mod window_cache {
 ///
 /// # Safety
 /// `alloc` is host memory (the host provider's), so its view is readable here.
-pub unsafe fn nonzero_bytes(alloc: &crate::Allocation) -> usize {
+pub unsafe fn nonzero_bytes(alloc: &crate::allocation::Allocation) -> usize {
     // SAFETY: the caller guarantees a host mapping; it is alive while `alloc` is.
     let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
     bytes.iter().filter(|&&b| b != 0).count()

@@ -172,7 +172,10 @@ mod tests {
     }
 
     /// Both ranks rendezvous `sizes[rank]` bytes at once: each rank's result.
-    fn both(groups: &[Group; 2], sizes: [usize; 2]) -> Vec<crate::Result<crate::Window>> {
+    fn both(
+        groups: &[Group; 2],
+        sizes: [usize; 2],
+    ) -> Vec<crate::error::Result<crate::window::Window>> {
         std::thread::scope(|s| {
             let ranks: Vec<_> = (0..2)
                 .map(|r| {

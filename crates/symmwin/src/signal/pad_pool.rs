@@ -73,7 +73,9 @@ pub(crate) fn pool_bytes(pad_size: usize, granularity: usize, mark_bytes: usize)
     let want = pad_size
         .checked_add(mark_bytes)
         .and_then(|each| each.checked_mul(MIN_SLOTS))
-        .ok_or_else(|| crate::Error::invalid(format!("signal pad size {pad_size} is too large")))?;
+        .ok_or_else(|| {
+            crate::error::Error::invalid(format!("signal pad size {pad_size} is too large"))
+        })?;
     crate::layout::round_up(want.max(granularity), granularity)
 }
 
@@ -341,7 +343,7 @@ mod tests {
     #[test]
     fn freed_slot_is_offered_only_once_its_pad_reads_zero() {
         use crate::provider::Provider;
-        let provider = crate::HostProvider::new();
+        let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (4096, 2, 1);
         let stride = pad * MIN_SLOTS;
         // Never mapped: the pool must not write to it (a write would fault).
@@ -409,7 +411,7 @@ mod tests {
     #[test]
     fn a_poisoned_host_slot_is_scrubbed_then_free() {
         use crate::provider::Provider;
-        let provider = crate::HostProvider::new();
+        let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (64, 2, 0);
         let bytes = pool_bytes(pad, symmwin_host::page_size(), 16).unwrap();
         let memory = provider.create(bytes * world).unwrap();

@@ -35,8 +35,8 @@ pub struct Chunk {
 impl Chunk {
     /// The error for a chunk that overruns an out of `out_rows` rows (every
     /// implementation's wording), naming its sender.
-    pub fn overruns_out(&self, out_rows: usize) -> crate::Error {
-        crate::Error::invalid(format!(
+    pub fn overruns_out(&self, out_rows: usize) -> crate::error::Error {
+        crate::error::Error::invalid(format!(
             "received splits do not fit out: rank {} sends {} rows, to out rows {}..{}, \
              which do not fit an out of {out_rows} rows",
             self.src,
