@@ -114,7 +114,7 @@ fn device_timeout_traps_then_every_call_reports_it() {
         ("put_signal", 0, 1),
     ] {
         let out = Command::new(&exe)
-            .args(["--exact", "provider::cuda::timeout_tests::timeout_child"])
+            .args(["--exact", "timeout_tests::timeout_child"])
             .args(["--ignored", "--nocapture", "--test-threads=1"])
             .env(CHILD_CASE, case)
             .output()

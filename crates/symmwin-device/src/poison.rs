@@ -6,7 +6,7 @@
 //! either direction, in some pads only at world >= 3, and from then on the ranks'
 //! calls would pair the N-th call of one rank with the N+1-th of another: every call
 //! would return ok with another call's data. So the rank whose wait failed writes a
-//! [`Poison`] into the window's host shared memory (see `provider::host::poison_marks`)
+//! [`Poison`] into the window's host shared memory (see `symmwin_host::poison_marks`)
 //! before its call returns, and every later call on the window, on every rank and
 //! channel, fails with [`crate::ErrorKind::Poisoned`] naming the call and rank that
 //! failed first.

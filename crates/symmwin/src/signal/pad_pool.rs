@@ -16,7 +16,7 @@
 //! offered as free, so a stray signal (a put no one waited for) quarantines its slot
 //! rather than leaking into the next window.
 //!
-//! Host pools also hold a poison mark per pad (see `provider::host::poison_marks`),
+//! Host pools also hold a poison mark per pad (see `symmwin_host::poison_marks`),
 //! after the last pad of the pool. A host slot whose mark is set, or whose pad still
 //! holds a signal, is offered as *to scrub* instead of free; once every rank offers a
 //! slot free or to scrub, no rank has a window on it any more (and a host signal is

@@ -75,7 +75,7 @@ impl<'a> SpanningOps<'a> {
     /// are then out of step).
     ///
     /// On host memory this host's ranks compare their operand fingerprints through
-    /// the pads (as [`super::host::HostOps`] does); a rank that sees another fails,
+    /// the pads (as `symmwin_host::HostOps` does); a rank that sees another fails,
     /// naming it, after the body, which still runs: its messages to other hosts must
     /// be matched there, so a rank cannot drop out of an op alone.
     fn collective(
