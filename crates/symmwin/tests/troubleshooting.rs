@@ -1,14 +1,12 @@
 //! Keeps docs/troubleshooting.md true: each quoted message is produced here for real
 //! and must appear on that page (after normalising times).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::CudaProvider;
-use symmwin::{
-    Allocation, Config, Group, GroupSpec, HandlePreference, HostProvider, MemoryStore, Provider,
-};
+use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider};
+#[cfg(feature = "cuda")]
+use symmwin::{CudaProvider, HandlePreference};
 
 fn page() -> String {
     std::fs::read_to_string(concat!(
@@ -89,12 +87,13 @@ fn threads(
     errors
 }
 
+#[cfg(feature = "cuda")]
 #[test]
 fn no_driver() {
     match CudaProvider::new(0, HandlePreference::Auto) {
         Err(e)
             if matches!(e.kind(), symmwin::ErrorKind::NoDriver(_))
-                && !PathBuf::from("/dev/nvidiactl").exists() =>
+                && !std::path::Path::new("/dev/nvidiactl").exists() =>
         {
             assert_quoted(&e.to_string())
         }
@@ -107,6 +106,7 @@ fn no_driver() {
 
 /// The message only a GPU whose driver refuses fabric handles produces (no IMEX
 /// channel, or no fabric manager): there `cuMemCreate` answers NOT_PERMITTED.
+#[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a CUDA GPU that refuses fabric handles (no IMEX channel)"]
 fn fabric_not_permitted() {

@@ -403,6 +403,7 @@ pub fn join_wrapped(
 
 /// Join group `name` on the job's file store with a CUDA provider: rank r on GPU
 /// r % GPUs, so several ranks share a GPU where there are fewer.
+#[cfg(feature = "cuda")]
 pub fn join_cuda(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
     let gpus = symmwin::adapter::cuda_device_count().unwrap().max(1) as usize;
     let device = (rank % gpus) as i32;
