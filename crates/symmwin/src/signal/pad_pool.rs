@@ -324,6 +324,23 @@ impl Drop for PadLease {
 mod tests {
     use super::*;
 
+    /// Pools of `pad`-byte pads over one window `span` laid out as `layout`, with
+    /// `mark_bytes` of poison marks per pad.
+    fn pools_over(
+        pad: usize,
+        span: Box<dyn Span>,
+        layout: FlatLayout,
+        mark_bytes: usize,
+    ) -> Arc<PadPools> {
+        let pools = Arc::new(PadPools::default());
+        let window = PoolWindow {
+            _span: span,
+            layout,
+        };
+        pools.grow(pad, window, mark_bytes);
+        pools
+    }
+
     #[test]
     fn common_slot_is_lowest_free_everywhere() {
         let a = [0b1011u64];
@@ -349,15 +366,7 @@ mod tests {
         // Never mapped: the pool must not write to it (a write would fault).
         let span = provider.reserve(stride * world).unwrap();
         let layout = FlatLayout::new(span.base(), stride, world).unwrap();
-        let pools = Arc::new(PadPools::default());
-        pools.grow(
-            pad,
-            PoolWindow {
-                _span: span,
-                layout,
-            },
-            0,
-        );
+        let pools = pools_over(pad, span, layout, 0);
 
         let lease = pools.take(pad, 3).unwrap();
         assert_eq!(
@@ -418,15 +427,7 @@ mod tests {
         let mut span = provider.reserve(bytes * world).unwrap();
         span.map(0, memory.as_ref()).unwrap();
         let layout = FlatLayout::new(span.base(), bytes, world).unwrap();
-        let pools = Arc::new(PadPools::default());
-        pools.grow(
-            pad,
-            PoolWindow {
-                _span: span,
-                layout,
-            },
-            16,
-        );
+        let pools = pools_over(pad, span, layout, 16);
         let lease = pools.take(pad, 5).unwrap();
         let pads = lease.layout(rank).unwrap();
         let poison = crate::poison::Poison {
