@@ -558,25 +558,30 @@ mod tests {
         assert_ne!(unknown("float6_e3m2"), unknown("float6_e2m3"));
     }
 
+    /// Asserts that `text` says each of `parts`.
+    fn says(text: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(text.contains(part), "{part:?} not in: {text}");
+        }
+    }
+
     #[test]
     fn the_error_names_the_peers_dtype_or_count() {
         let text = error_of(typed_a2a(32, DType::FLOAT32), typed_a2a(32, DType::INT32).1);
-        assert!(
-            text.contains("rank 0 (this rank) has 8 float32 elements per peer"),
-            "{text}"
-        );
-        assert!(
-            text.contains("rank 1 has 8 int32 elements per peer"),
-            "{text}"
+        says(
+            &text,
+            &[
+                "rank 0 (this rank) has 8 float32 elements per peer",
+                "rank 1 has 8 int32 elements per peer",
+            ],
         );
         let text = error_of(typed_a2a(4, DType::FLOAT32), typed_a2a(8, DType::FLOAT32).1);
-        assert!(
-            text.contains("rank 0 (this rank) has 1 float32 element per peer"),
-            "{text}"
-        );
-        assert!(
-            text.contains("rank 1 has 2 float32 elements per peer"),
-            "{text}"
+        says(
+            &text,
+            &[
+                "rank 0 (this rank) has 1 float32 element per peer",
+                "rank 1 has 2 float32 elements per peer",
+            ],
         );
         assert!(!text.contains("1 elements"), "{text}");
     }
