@@ -2,7 +2,7 @@
 // floors that bound it, and the all_to_all_vdev family checked against a CPU
 // reference: one process, one GPU, no pads (at world 1 no kernel touches them).
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I crates/symmwin/kernels -I bench/kernels \
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I crates/symmwin-cuda/kernels -I bench/kernels \
 //        -o fixed_cost bench/fixed_cost.cu && ./fixed_cost
 //
 // It compiles kernels/ops.cu itself (the same source as the committed PTX), the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that the committed PTX (crates/symmwin/kernels/*.ptx) is what its .cu sources
+# Checks that the committed PTX (crates/symmwin-cuda/kernels/*.ptx) is what its .cu sources
 # compile to, as scripts/test.sh checks the C header against cbindgen. The compiler is
 # NVIDIA's nvcc wheel from PyPI pinned to the release that made the committed PTX (a
 # newer nvcc emits different PTX), installed into a scratch virtual environment; no GPU
@@ -7,11 +7,11 @@
 # somewhere else, so a pass also shows the output does not depend on the checkout's path.
 #
 # Usage: scripts/check_ptx.sh            (NVCC_VENV=dir reuses or keeps a venv)
-# To update the PTX after changing a kernel, run crates/symmwin/kernels/build_ptx.sh
+# To update the PTX after changing a kernel, run crates/symmwin-cuda/kernels/build_ptx.sh
 # with NVCC pointing at the same nvcc (the venv's nvidia/cu13/bin/nvcc).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-kernels="$root/crates/symmwin/kernels"
+kernels="$root/crates/symmwin-cuda/kernels"
 
 # The wheels of CUDA 13.0 that nvcc 13.0.88 runs with: the front end (crt headers),
 # the device compiler (nvvm) and the runtime headers are separate packages, and pip

@@ -6,8 +6,9 @@
 # replayed. One GPU is enough: the ranks share it.
 # Usage: scripts/gpu_timeouts.sh WHEEL OUT_DIR [rust|faults|soak|all]
 #   faults = rust + the torch fault tests; soak: the torch soak alone; all: both.
-#   WHEEL: a symmwin-*.whl; the rust step also needs symmwin-lib-tests (the symmwin
-#   crate's unit tests) and cuda_peer_death next to it: scripts/build_gpu_ops_bins.sh DIR builds both.
+#   WHEEL: a symmwin-*.whl; the rust step also needs symmwin-cuda-lib-tests (the
+#   symmwin-cuda crate's unit tests) and cuda_peer_death next to it:
+#   scripts/build_gpu_ops_bins.sh DIR builds both.
 # Each survivor's exit code and first error lines go to OUT_DIR/timeouts_report.txt.
 set -u
 wheel="$(realpath "$1")"; out="$(mkdir -p "$2" && cd "$2" && pwd)"; step="${3:-all}"
@@ -20,12 +21,12 @@ export SYMMWIN_TIMEOUT_REPORT="$out/timeouts_report.txt"
 if [[ "$step" == rust || "$step" == faults || "$step" == all ]]; then
   # The CUDA provider's own GPU tests first (signals eager, on two streams), then the
   # ignored timeout tests.
-  bounded "$bin/symmwin-lib-tests" provider::cuda --nocapture --test-threads=1 \
+  bounded "$bin/symmwin-cuda-lib-tests" --nocapture --test-threads=1 \
     > "$out/rust_cuda.log" 2>&1
   echo "rust CUDA provider tests: exit $?; $(grep -E '^test result' "$out/rust_cuda.log")"
-  bounded "$bin/symmwin-lib-tests" --ignored --nocapture --test-threads=1 --exact \
-    provider::cuda::timeout_tests::ten_thousand_barriers_and_signal_pairs_raise_nothing \
-    provider::cuda::timeout_tests::device_timeout_traps_then_every_call_reports_it \
+  bounded "$bin/symmwin-cuda-lib-tests" --ignored --nocapture --test-threads=1 --exact \
+    timeout_tests::ten_thousand_barriers_and_signal_pairs_raise_nothing \
+    timeout_tests::device_timeout_traps_then_every_call_reports_it \
     > "$out/rust_timeouts.log" 2>&1
   echo "rust timeout tests: exit $?; $(grep -E '^test result' "$out/rust_timeouts.log")"
   bounded "$bin/cuda_peer_death" --ignored --nocapture --test-threads=1 > "$out/rust_peer_death.log" 2>&1

@@ -56,6 +56,12 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "crate graph is the layers"
+scripts/check_crate_graph.sh
+
+step "symmwin builds without CUDA (--no-default-features)"
+cargo check -p symmwin --no-default-features --all-targets
+
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
+use symmwin::adapter::Recover;
 
 use crate::args::{copy_out, str_arg};
 use crate::last_error::{guard, guard_out};
@@ -16,9 +17,7 @@ static ALLOC_GROUPS: Mutex<BTreeMap<u64, String>> = Mutex::new(BTreeMap::new());
 
 fn groups() -> std::sync::MutexGuard<'static, BTreeMap<u64, String>> {
     // A map of strings is consistent whatever panicked while it was held.
-    ALLOC_GROUPS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    ALLOC_GROUPS.lock().recover()
 }
 
 /// Forget the group of the allocation at `ptr` (before it is freed).

@@ -59,7 +59,7 @@ pub(crate) fn signal_options(
 
 /// A rank of a group of `world` ranks, range-checked by the core (never narrowed here).
 pub(crate) fn rank_arg(r: i64, world: usize, what: &str) -> symmwin::Result<usize> {
-    symmwin::Rank::from(r).in_group(world, what)
+    symmwin::ops::Rank::from(r).in_group(world, what)
 }
 
 /// Copy `s` and a NUL into `buf`, refusing a NULL or short buffer.

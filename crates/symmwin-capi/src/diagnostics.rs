@@ -40,7 +40,7 @@ pub unsafe extern "C" fn symmwin_probe_json(
     needed: *mut usize,
 ) -> SymmwinStatus {
     guard(|| {
-        let json = symmwin::probe_machine_json();
+        let json = symmwin::adapter::probe_machine_json();
         // SAFETY: `needed` is NULL or points to a writable `size_t` (the contract).
         if let Some(n) = unsafe { needed.as_mut() } {
             *n = json.len() + 1;

@@ -114,7 +114,7 @@ pub unsafe extern "C" fn symmwin_release_groups(name: *const c_char) -> usize {
 /// are still alive keep working locally, but no peer can reach this process again).
 #[no_mangle]
 pub extern "C" fn symmwin_remove_sockets() -> usize {
-    catch_unwind(symmwin::remove_own_sockets).unwrap_or(0)
+    catch_unwind(symmwin::adapter::remove_own_sockets).unwrap_or(0)
 }
 
 /// 1 if group `name` is registered for `device` with the store `identity` (see

@@ -1,5 +1,5 @@
 //! The hook host waits call to learn that the caller wants them to end (Ctrl-C in
-//! Python): see `symmwin::set_interrupt_check`.
+//! Python): see `symmwin::adapter::set_interrupt_check`.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn symmwin_set_interrupt_check(
     guard(|| {
         let raw = check.map_or(std::ptr::null_mut(), |f| f as *mut ());
         HOOK.store(raw, Ordering::SeqCst);
-        symmwin::set_interrupt_check(check.map(|_| call_hook as fn() -> bool));
+        symmwin::adapter::set_interrupt_check(check.map(|_| call_hook as fn() -> bool));
         Ok(SymmwinStatus::SymmwinOk)
     })
 }

@@ -5,17 +5,17 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-use symmwin::Operand;
+use symmwin::ops::Operand;
 
 /// The op entry points of the core, under the name the bodies below call them by.
 mod collective {
-    pub(crate) use symmwin::{
+    pub(crate) use symmwin::ops::{
         all_to_all, all_to_all_v, broadcast, put_or_get, put_signal, put_with_signal, tile_reduce,
         wait_for_signal_at, wait_signal,
     };
 }
-use symmwin::Shape;
-use symmwin::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
+use symmwin::ops::Shape;
+use symmwin::ops::{ElemType, Engine, OpOptions, ReduceOp, Rows, Tile};
 
 use super::{guard, out_arg, str_arg, window_arg, SymmwinStatus, SymmwinWindow, REGISTRY};
 
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn symmwin_dtype_code(name: *const c_char) -> u64 {
     }
     // SAFETY: a non-null name is a NUL-terminated string of the caller.
     let bytes = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
-    symmwin::DType::from_name_bytes(bytes).code()
+    symmwin::ops::DType::from_name_bytes(bytes).code()
 }
 
 /// Per-call options of an op.
@@ -102,7 +102,7 @@ unsafe fn operand<'a>(op: &SymmwinOperand) -> symmwin::Result<Operand<'a>> {
         offset: op.offset,
         len: op.len,
         in_pads: op.in_pads != 0,
-        dtype: symmwin::DType::from_code(op.dtype),
+        dtype: symmwin::ops::DType::from_code(op.dtype),
     })
 }
 

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::{
+use symmwin::adapter::{
     Direction, LinkFailure, Message, MessageMemory, ProcessGroupLink, ProcessGroupPeers,
 };
 

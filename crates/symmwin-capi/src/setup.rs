@@ -16,7 +16,7 @@ pub(crate) fn config() -> symmwin::Result<Config> {
             ErrorKind::InvalidArgument(reason) => reason,
             other => other.to_string(),
         };
-        symmwin::init_logging(None).map_err(reason)?;
+        symmwin::adapter::init_logging(None).map_err(reason)?;
         Config::from_env().map_err(reason)
     });
     CONFIG.clone().map_err(symmwin::Error::invalid)

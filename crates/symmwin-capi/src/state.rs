@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use symmwin::adapter::Recover;
 
-use symmwin::{Provider, Registry};
+use symmwin::{adapter::Registry, Provider};
 
 use crate::setup::config;
 
@@ -24,13 +25,13 @@ pub(crate) fn provider(device: i32) -> symmwin::Result<Arc<dyn Provider>> {
     }
     if device >= 0 {
         // After a device wait trapped, say so before anything touches the lost context.
-        symmwin::check_cuda_context()?;
+        symmwin::adapter::check_cuda_context()?;
     }
-    let mut providers = PROVIDERS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut providers = PROVIDERS.lock().recover();
     if let Some(p) = providers.get(&device) {
         return Ok(p.clone());
     }
-    let p = symmwin::provider_for_device(device, config()?.handle)?;
+    let p = symmwin::adapter::provider_for_device(device, config()?.handle)?;
     providers.insert(device, p.clone());
     Ok(p)
 }

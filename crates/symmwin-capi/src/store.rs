@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, RwLock};
+use symmwin::adapter::Recover;
 
 use symmwin::{Error, ErrorKind, Phase, Store};
 
@@ -145,16 +146,12 @@ impl CallbackStore {
     }
 
     fn callbacks(&self) -> symmwin::Result<Arc<Callbacks>> {
-        self.callbacks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                Error::new(
-                    Phase::Publish,
-                    ErrorKind::Store("the process group of this store was destroyed".into()),
-                )
-            })
+        self.callbacks.read().recover().clone().ok_or_else(|| {
+            Error::new(
+                Phase::Publish,
+                ErrorKind::Store("the process group of this store was destroyed".into()),
+            )
+        })
     }
 }
 
@@ -216,7 +213,7 @@ impl Store for CallbackStore {
     ) -> symmwin::Result<Vec<Option<Vec<u8>>>> {
         let cb = self.callbacks()?;
         let Some(f) = cb.0.wait_all else {
-            return symmwin::testing::poll_all(self, keys, timeout);
+            return symmwin::adapter::testing::poll_all(self, keys, timeout);
         };
         let owned = keys
             .iter()
@@ -329,11 +326,7 @@ impl Store for CallbackStore {
     }
 
     fn release(&self) {
-        let taken = self
-            .callbacks
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let taken = self.callbacks.write().recover().take();
         drop(taken);
     }
 }

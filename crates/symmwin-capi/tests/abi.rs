@@ -479,7 +479,7 @@ fn dtype_codes_are_one_per_dtype_whatever_the_spelling() {
     };
     assert_eq!(code("Float"), code("float32"));
     assert_eq!(code("torch.float32"), code("float32"));
-    assert_eq!(code("float32"), symmwin::DType::FLOAT32.code());
+    assert_eq!(code("float32"), symmwin::ops::DType::FLOAT32.code());
     assert_ne!(code("Float"), code("Int"));
     assert_ne!(code("float6_a"), code("float6_b"));
     assert_ne!(code("float6_a"), 0);

@@ -95,15 +95,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    for &w in &world {
-        for &size in &sizes {
-            crate::preflight::check(
-                &crate::preflight::Needs::bench(w, size, if fresh { iters + 1 } else { 1 }),
-                &format!("world {w} x {}", human_size(size)),
-            )?;
-        }
-    }
-    let pass_stderr = symmwin::logging_requested();
+    preflight(&world, &sizes, iters, fresh)?;
+    let pass_stderr = symmwin::adapter::logging_requested();
     if !json {
         print_title(&resolved, iters);
     }
@@ -150,23 +143,49 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, Failure> {
         }
     }
     if json {
-        let doc = json!({
-            "command": "bench rendezvous",
-            "version": symmwin::BUILD_VERSION,
-            "provider": resolved.used.name(),
-            "provider_requested": resolved.requested.name(),
-            "iters": iters,
-            "fresh": fresh,
-            "unit": "ms",
-            "touched_bytes_per_window": 3,
-            "rows": rows,
-        });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::run(e.to_string()))?;
-        println!("{text}");
+        print_json(&resolved, iters, fresh, rows)?;
     } else {
         print_footer(fresh);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fails before any rank starts when a world and size would not fit this machine
+/// (memory, mappings, descriptors).
+fn preflight(world: &[usize], sizes: &[usize], iters: usize, fresh: bool) -> Result<(), Failure> {
+    let windows = if fresh { iters + 1 } else { 1 };
+    for &w in world {
+        for &size in sizes {
+            crate::preflight::check(
+                &crate::preflight::Needs::bench(w, size, windows),
+                &format!("world {w} x {}", human_size(size)),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The `--json` document: the run's settings and every row, on stdout.
+fn print_json(
+    resolved: &crate::setup::Resolved,
+    iters: usize,
+    fresh: bool,
+    rows: Vec<Value>,
+) -> Result<(), Failure> {
+    let doc = json!({
+        "command": "bench rendezvous",
+        "version": symmwin::BUILD_VERSION,
+        "provider": resolved.used.name(),
+        "provider_requested": resolved.requested.name(),
+        "iters": iters,
+        "fresh": fresh,
+        "unit": "ms",
+        "touched_bytes_per_window": 3,
+        "rows": rows,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::run(e.to_string()))?;
+    println!("{text}");
+    Ok(())
 }
 
 /// One summary row per size of world `w`, over every rank's samples together: the

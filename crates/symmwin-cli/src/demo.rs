@@ -37,7 +37,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode, Failure> {
         &format!("world {} x {}", args.world, human_size(args.size)),
     )?;
     let store = StoreDir::new()?;
-    let pass_stderr = symmwin::logging_requested();
+    let pass_stderr = symmwin::adapter::logging_requested();
     let mut progress = Progress::new(
         "all-to-all rounds",
         args.world,

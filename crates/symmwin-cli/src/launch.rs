@@ -46,7 +46,7 @@ impl StoreDir {
         let dir = root.join(format!(
             "{STORE_PREFIX}{}-{:x}",
             std::process::id(),
-            symmwin::testing::random_u64()
+            symmwin::adapter::testing::random_u64()
         ));
         symmwin::FileStore::new(&dir).map_err(Failure::setup)?;
         Ok(StoreDir(dir))
@@ -180,7 +180,7 @@ impl Ranks {
     fn remove_killed_ranks_sockets(&self) {
         if let Ok(config) = symmwin::Config::from_env() {
             let pids: Vec<u32> = self.running.iter().map(|r| r.pid).collect();
-            symmwin::remove_sockets_of(&config.socket_dir, &pids);
+            symmwin::adapter::remove_sockets_of(&config.socket_dir, &pids);
         }
     }
 

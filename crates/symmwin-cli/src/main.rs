@@ -77,7 +77,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = symmwin::init_logging(Some("warn")) {
+    if let Err(e) = symmwin::adapter::init_logging(Some("warn")) {
         eprintln!("{}", Failure::setup(e));
         return ExitCode::from(failure::EXIT_SETUP);
     }

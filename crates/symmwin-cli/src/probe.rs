@@ -2,14 +2,14 @@
 
 use std::process::ExitCode;
 
-use symmwin::{DeviceReport, FabricDomainProbe, HandleSupport};
+use symmwin::adapter::{DeviceReport, FabricDomainProbe, HandleSupport};
 
 pub fn run(json: bool) -> Result<ExitCode, crate::failure::Failure> {
     if json {
-        println!("{}", symmwin::probe_machine_json());
+        println!("{}", symmwin::adapter::probe_machine_json());
         return Ok(ExitCode::SUCCESS);
     }
-    let report = symmwin::probe_machine();
+    let report = symmwin::adapter::probe_machine();
     println!(
         "host memory: memfd, granularity {}",
         crate::human_size(report.host_granularity)
@@ -116,7 +116,7 @@ mod tests {
         };
         let mut in_domain = report.clone();
         in_domain.fabric_domain = FabricDomainProbe {
-            domain: Some(symmwin::FabricDomain {
+            domain: Some(symmwin::adapter::FabricDomain {
                 cluster_uuid: "0123456789abcdef0123456789abcdef".into(),
                 clique_id: 3,
             }),

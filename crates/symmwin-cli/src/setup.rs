@@ -57,11 +57,11 @@ pub fn check(requested: ProviderChoice) -> Result<Resolved, Failure> {
 }
 
 fn cuda_devices() -> i32 {
-    symmwin::cuda_device_count().unwrap_or(0)
+    symmwin::adapter::cuda_device_count().unwrap_or(0)
 }
 
 fn probe_cuda(config: &Config) -> symmwin::Result<()> {
-    let devices = symmwin::cuda_device_count()?;
+    let devices = symmwin::adapter::cuda_device_count()?;
     if devices == 0 {
         return Err(symmwin::Error::new(
             symmwin::Phase::Probe,

@@ -121,22 +121,22 @@ pub fn make_provider(
     rank: usize,
     config: &Config,
 ) -> symmwin::Result<Arc<dyn Provider>> {
-    let cuda_devices = || symmwin::cuda_device_count().unwrap_or(0);
+    let cuda_devices = || symmwin::adapter::cuda_device_count().unwrap_or(0);
     let host = -1;
     match choice {
-        ProviderChoice::Host => symmwin::provider_for_device(host, config.handle),
+        ProviderChoice::Host => symmwin::adapter::provider_for_device(host, config.handle),
         ProviderChoice::Auto if cuda_devices() == 0 => {
-            symmwin::provider_for_device(host, config.handle)
+            symmwin::adapter::provider_for_device(host, config.handle)
         }
         ProviderChoice::Auto | ProviderChoice::Cuda => {
-            let n = symmwin::cuda_device_count()?;
+            let n = symmwin::adapter::cuda_device_count()?;
             if n == 0 {
                 return Err(symmwin::Error::new(
                     symmwin::Phase::Probe,
                     symmwin::ErrorKind::NoDriver("no CUDA device".into()),
                 ));
             }
-            symmwin::provider_for_device((rank % n as usize) as i32, config.handle)
+            symmwin::adapter::provider_for_device((rank % n as usize) as i32, config.handle)
         }
     }
 }

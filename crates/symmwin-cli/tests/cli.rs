@@ -231,11 +231,8 @@ fn sockets_of(pids: &[u32]) -> Vec<String> {
         .collect()
 }
 
-#[expect(
-    clippy::zombie_processes,
-    reason = "the demo is returned to the caller, which waits for it"
-)]
 fn long_demo(world: usize) -> (Child, Vec<u32>) {
+    #[allow(clippy::zombie_processes)] // returned: the caller waits for it
     let mut demo = symmwin()
         .args([
             "demo",

@@ -1,5 +1,6 @@
 //! Local memory that can later become a window of any group.
 
+use crate::lock::Recover;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,10 +56,6 @@ impl std::fmt::Debug for Allocation {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl Allocation {
     /// `size` zero-filled bytes (rounded up to the provider's granularity).
@@ -138,7 +135,10 @@ impl Allocation {
     /// The rendezvous number of the released window of `group` this allocation can
     /// take over whole, if any.
     pub(crate) fn reuse_offer(&self, group: GroupKey) -> Option<u64> {
-        lock(&self.inner.reuse)
+        self.inner
+            .reuse
+            .lock()
+            .recover()
             .as_ref()
             .filter(|w| w.of(group) && self.inner.windows.load(Ordering::SeqCst) == 0)
             .map(|w| w.seq)
@@ -146,7 +146,7 @@ impl Allocation {
 
     /// Take the released window back (its span becomes the new window's), or drop it.
     pub(crate) fn take_reuse(&self) -> Option<WindowSpan> {
-        lock(&self.inner.reuse).take()
+        self.inner.reuse.lock().recover().take()
     }
 
     /// Count a window made from this allocation.
@@ -176,7 +176,7 @@ impl Allocation {
     pub(crate) fn window_gone(&self, window: WindowSpan) {
         let cacheable = !self.was_shared_in_failed_call();
         if cacheable && self.inner.windows.load(Ordering::SeqCst) == 1 {
-            *lock(&self.inner.parked) = Some(window);
+            *self.inner.parked.lock().recover() = Some(window);
         }
     }
 
@@ -213,12 +213,7 @@ impl Allocation {
     /// A shareable handle to the memory: the one exported ahead if no rendezvous has
     /// taken it yet (waiting for it if needed), a new one otherwise.
     pub(crate) fn export(&self) -> Result<SharedHandle> {
-        let ahead = self
-            .inner
-            .ahead
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let ahead = self.inner.ahead.lock().recover().take();
         match ahead {
             Some(ahead) => ahead.wait(),
             None => self.inner.memory.export(),
@@ -229,7 +224,10 @@ impl Allocation {
     /// started when the memory was made (true too when there is none: it then
     /// exports on the spot).
     pub(crate) fn handle_ready(&self) -> bool {
-        lock(&self.inner.ahead)
+        self.inner
+            .ahead
+            .lock()
+            .recover()
             .as_ref()
             .is_none_or(ExportAhead::is_ready)
     }
@@ -248,16 +246,8 @@ impl Drop for AllocationInner {
         let Some(local) = self.local.take() else {
             return;
         };
-        let parked = self
-            .parked
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let unused = self
-            .reuse
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let parked = self.parked.get_mut().recover().take();
+        let unused = self.reuse.get_mut().recover().take();
         let entry = |window| Parked {
             window,
             memory: Arc::clone(&self.memory),

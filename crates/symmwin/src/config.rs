@@ -19,7 +19,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::device_timeout::DEFAULT_DEVICE_TIMEOUT;
 use crate::error::{Error, Result};
+pub use crate::provider::HandlePreference;
 
 mod warnings;
 
@@ -108,33 +110,6 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
-/// Which CUDA shareable-handle type to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandlePreference {
-    /// Probe: fabric where a real create + export works, POSIX fd otherwise.
-    Auto,
-    /// POSIX file descriptors passed over Unix sockets.
-    Fd,
-    /// Fabric handles (needs an IMEX channel).
-    Fabric,
-}
-
-impl std::str::FromStr for HandlePreference {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(HandlePreference::Auto),
-            "fd" | "posix" | "posix_fd" => Ok(HandlePreference::Fd),
-            "fabric" => Ok(HandlePreference::Fabric),
-            _ => Err(Error::invalid(refusal(
-                "SYMMWIN_HANDLE_TYPE",
-                s,
-                "is not a handle type",
-            ))),
-        }
-    }
-}
-
 /// Settings shared by every group of a process.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -159,10 +134,6 @@ pub struct Config {
 
 /// Default wait for peers.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Default limit of a device-side wait (barrier, put_signal, wait_signal, device ops)
-/// given none, when `SYMMWIN_TIMEOUT_MS` is not set.
-pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The `SYMMWIN_LOG` filter `spec` stands for, or why it is none ("is not a log filter (...)").
 pub(crate) fn log_filter(spec: &str) -> std::result::Result<tracing_subscriber::EnvFilter, String> {
@@ -457,7 +428,7 @@ mod tests {
     fn refused(pairs: &[(&str, &str)]) -> String {
         let err = Config::from_vars(&table(pairs)).unwrap_err();
         match err.into_kind() {
-            crate::ErrorKind::InvalidArgument(why) => why,
+            crate::error::ErrorKind::InvalidArgument(why) => why,
             other => panic!("not an argument error: {other}"),
         }
     }

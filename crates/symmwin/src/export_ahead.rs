@@ -8,6 +8,7 @@
 //! The same worker frees the windows the window cache lets go, and zeroes those it
 //! releases, off the path of the rendezvous that let them go.
 
+use crate::lock::Recover;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -49,7 +50,7 @@ impl ExportAhead {
             // The memory goes before the waiter wakes: a waiter that frees the
             // allocation next must find it released, not held by this job.
             drop(memory);
-            *done.state.lock().unwrap_or_else(|p| p.into_inner()) = State::Done(result);
+            *done.state.lock().recover() = State::Done(result);
             done.ready.notify_all();
         });
         if let Err(job) = submit(job) {
@@ -60,25 +61,24 @@ impl ExportAhead {
 
     /// Whether the export has finished (its result waits to be taken).
     pub(crate) fn is_ready(&self) -> bool {
-        let state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.slot.state.lock().recover();
         !matches!(*state, State::Running)
     }
 
     /// The exported handle (or the export's error), waiting for the worker if needed.
     pub(crate) fn wait(self) -> Result<SharedHandle> {
-        self.take()
-            .unwrap_or_else(|| Err(crate::Error::invalid("an exported handle was taken twice")))
+        self.take().unwrap_or_else(|| {
+            Err(crate::error::Error::invalid(
+                "an exported handle was taken twice",
+            ))
+        })
     }
 
     /// The finished export, once; `None` after it was taken.
     fn take(&self) -> Option<Result<SharedHandle>> {
-        let mut state = self.slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.slot.state.lock().recover();
         while matches!(*state, State::Running) {
-            state = self
-                .slot
-                .ready
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+            state = self.slot.ready.wait(state).recover();
         }
         match std::mem::replace(&mut *state, State::Taken) {
             State::Done(result) => Some(result),
@@ -116,12 +116,12 @@ pub(crate) fn drain() {
     let slot = Arc::new((Mutex::new(false), Condvar::new()));
     let done = Arc::clone(&slot);
     in_background(move || {
-        *done.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *done.0.lock().recover() = true;
         done.1.notify_all();
     });
-    let mut finished = slot.0.lock().unwrap_or_else(|p| p.into_inner());
+    let mut finished = slot.0.lock().recover();
     while !*finished {
-        finished = slot.1.wait(finished).unwrap_or_else(|p| p.into_inner());
+        finished = slot.1.wait(finished).recover();
     }
 }
 
@@ -142,11 +142,7 @@ fn submit(job: Job) -> std::result::Result<(), Job> {
             .map(|_| Mutex::new(tx))
     });
     match worker {
-        Some(tx) => tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(job)
-            .map_err(|e| e.0),
+        Some(tx) => tx.lock().recover().send(job).map_err(|e| e.0),
         None => Err(job),
     }
 }
@@ -154,13 +150,13 @@ fn submit(job: Job) -> std::result::Result<(), Job> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::host::HostProvider;
     use crate::provider::Provider;
+    use symmwin_host::HostProvider;
 
     #[test]
     fn handle_exported_ahead_refers_to_the_same_memory() {
         let provider = HostProvider::new();
-        let size = crate::provider::host::page_size();
+        let size = symmwin_host::page_size();
         let memory: Arc<dyn Memory> = Arc::from(provider.create(size).unwrap());
         let handles: Vec<SharedHandle> = (0..4)
             .map(|_| ExportAhead::start(Arc::clone(&memory)))

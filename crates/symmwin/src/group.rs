@@ -1,5 +1,6 @@
 //! A group: the ranks that rendezvous together, their store and this rank's socket.
 
+use crate::lock::Recover;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -118,7 +119,7 @@ pub(crate) struct GroupShared {
 impl GroupShared {
     /// The watched local peers, for a wait to name one that has ended.
     pub(crate) fn peer_set(&self) -> PeerSet {
-        *self.peers.read().unwrap_or_else(|p| p.into_inner())
+        *self.peers.read().recover()
     }
 
     /// Give an error this rank's context: its rank, and the subgroup when group
@@ -185,10 +186,7 @@ impl OutOfStep {
 
 impl GroupShared {
     pub(crate) fn remote_peers(&self) -> Option<Arc<dyn RemotePeers>> {
-        self.remote
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.remote.read().recover().clone()
     }
 }
 
@@ -305,11 +303,7 @@ impl Group {
     /// Reach peers that windows of this group cannot map (other hosts) through
     /// `remote`, the group's own process-group backend. Replaces an earlier one.
     pub fn set_remote_peers(&self, remote: Arc<dyn RemotePeers>) {
-        let mut slot = self
-            .shared
-            .remote
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.shared.remote.write().recover();
         *slot = Some(remote);
     }
 

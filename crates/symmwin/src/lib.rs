@@ -28,92 +28,62 @@
 //! # }
 //! ```
 //!
-//! Every public type, trait, function and constant has one path: the crate root. The
-//! modules are private; their layers are drawn in docs/design.md and checked by
-//! `tests/layers.rs`.
+//! The crate root holds the API a program calls, each name at one path: groups,
+//! allocations and windows, their configuration, providers and stores, signals, errors
+//! and interruption; the ops are in [`ops`]. What the C ABI, the CLI and the test
+//! suites need beyond that (the process-group link, the provider choice, the probe,
+//! test helpers) is in [`adapter`]. The modules behind them are private; their layers
+//! are drawn in docs/design.md and checked by `tests/layers.rs`, and the crates below
+//! (`symmwin-device`, `symmwin-host`, `symmwin-cuda`) by Cargo.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+// The device contract's modules, under the names the runtime's modules use for them
+// (`crate::error::Error`); they live in symmwin-device.
+use symmwin_device::{
+    debug_free, device_timeout, engine, error, interrupt, layout, limits, lock, peer_exit,
+    peer_watch, poison, provider, text, waiting,
+};
+
+pub mod adapter;
 mod allocation;
 mod config;
-mod debug_free;
 mod device_provider;
-mod device_timeout;
-mod engine;
-mod error;
 mod exchange;
 mod export_ahead;
 mod group;
-mod interrupt;
-mod layout;
-mod limits;
 mod logging;
-mod ops;
-mod peer_exit;
-mod peer_watch;
-mod poison;
+pub mod ops;
 mod private_dir;
 mod probe;
 mod process_start;
 mod protocol;
-mod provider;
 mod registry;
 mod rendezvous;
 mod signal;
 mod store;
-#[doc(hidden)]
-pub mod testing;
-mod text;
 mod token;
-mod waiting;
 mod window;
 mod window_cache;
 
 pub use allocation::Allocation;
-pub use config::{
-    Config, HandlePreference, Setting, DEFAULT_DEVICE_TIMEOUT, DEFAULT_TIMEOUT, SETTINGS,
-};
-pub use device_provider::provider_for_device;
+pub use config::{Config, HandlePreference, DEFAULT_DEVICE_TIMEOUT, DEFAULT_TIMEOUT};
 pub use device_timeout::DeviceTimeout;
-pub use engine::{Engine, ENGINE_ENV};
 pub use error::{Error, ErrorKind, Phase, Result};
-pub use exchange::{remove_own_sockets, remove_sockets_of, ExchangeCounts};
 pub use group::{Group, GroupSpec, MAX_WORLD};
 pub use interrupt::{
     clear as clear_interrupt, request as request_interrupt, requested as interrupt_requested,
-    set_check as set_interrupt_check,
 };
-pub use layout::{FlatLayout, PadLayout};
-pub use logging::{init as init_logging, requested as logging_requested};
-pub use ops::collective::{
-    all_to_all, all_to_all_v, broadcast, put_or_get, put_signal, put_with_signal, tile_reduce,
-    wait_for_signal, wait_for_signal_at, wait_signal,
-};
-pub use ops::plan::Shape;
-pub use ops::{DType, ElemType, Elements, OpOptions, Operand, Rank, ReduceOp, Rows, Tile};
+pub use layout::FlatLayout;
 pub use peer_exit::PeerExit;
-pub use peer_watch::PeerSet;
 pub use poison::{Poison, PoisonCause};
-pub use probe::{machine as probe_machine, machine_json as probe_machine_json, MachineReport};
-pub use provider::cuda::{
-    check_context as check_cuda_context, device_count as cuda_device_count, peer_access,
-    probe_device, read_fabric_domain, CudaProvider, CudaSignals, DeviceReport, FabricDomainProbe,
-    HandleSupport, NoFabricDomain, NvmlStatus,
-};
-pub use provider::host::HostProvider;
-pub use provider::{
-    FabricDomain, HandleType, Memory, PadSignal, Provider, ProviderInfo, ProviderKind,
-    SharedHandle, SignalAt, Signals, Span, StreamHandle, Table,
-};
-pub use registry::Registry;
-pub use rendezvous::PhaseTimes;
-pub use signal::process_group::{
-    LinkFailure, Message, MessageMemory, ProcessGroupLink, ProcessGroupPeers,
-};
-pub use signal::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
+pub use provider::Provider;
 pub use signal::{SignalOptions, Stream, DEFAULT_PAD_SIZE};
 pub use store::{FileStore, MemoryStore, Store};
+#[cfg(feature = "cuda")]
+pub use symmwin_cuda::CudaProvider;
+pub use symmwin_host::HostProvider;
 pub use window::Window;
 
 /// This build's version and the git commit it was built from, e.g.

@@ -2,7 +2,13 @@
 
 use serde::Serialize;
 
-use crate::provider::cuda::{self, DeviceReport};
+#[cfg(feature = "cuda")]
+pub use symmwin_cuda::DeviceReport;
+
+/// A build without the `cuda` feature reports no CUDA device.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug, Clone, Serialize)]
+pub enum DeviceReport {}
 
 /// Everything `symmwin probe` reports.
 #[derive(Debug, Serialize)]
@@ -19,22 +25,8 @@ pub struct MachineReport {
 
 /// Probe the machine. Never fails: missing CUDA is reported in `cuda_error`.
 pub fn machine() -> MachineReport {
-    let host_granularity = crate::provider::host::page_size();
-    let probe = || -> crate::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
-        let n = cuda::device_count()?;
-        let devices = (0..n)
-            .map(cuda::probe_device)
-            .collect::<crate::Result<Vec<_>>>()?;
-        let matrix = (0..n)
-            .map(|a| {
-                (0..n)
-                    .map(|b| a == b || cuda::peer_access(a, b).unwrap_or(false))
-                    .collect()
-            })
-            .collect();
-        Ok((devices, matrix))
-    };
-    match probe() {
+    let host_granularity = symmwin_host::page_size();
+    match cuda_devices() {
         Ok((devices, peer_access)) => MachineReport {
             host_granularity,
             cuda_error: None,
@@ -48,6 +40,29 @@ pub fn machine() -> MachineReport {
             peer_access: Vec::new(),
         },
     }
+}
+
+/// Every CUDA device, and which can access which.
+#[cfg(feature = "cuda")]
+fn cuda_devices() -> crate::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
+    use symmwin_cuda as cuda;
+    let n = cuda::device_count()?;
+    let devices = (0..n)
+        .map(cuda::probe_device)
+        .collect::<crate::error::Result<Vec<_>>>()?;
+    let matrix = (0..n)
+        .map(|a| {
+            (0..n)
+                .map(|b| a == b || cuda::peer_access(a, b).unwrap_or(false))
+                .collect()
+        })
+        .collect();
+    Ok((devices, matrix))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_devices() -> crate::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
+    Err(crate::device_provider::without_cuda())
 }
 
 /// [`machine`] as pretty JSON.

@@ -1,8 +1,9 @@
 //! Process-wide bookkeeping for adapters (the C ABI, torch): which pointer belongs
 //! to which allocation, which groups exist, and which windows were already made.
 
+use crate::lock::Recover;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::allocation::Allocation;
 use crate::error::{Error, Result};
@@ -31,12 +32,6 @@ fn group_key(group: &Group) -> GroupKey {
     Arc::as_ptr(&group.shared) as usize
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The maps stay consistent even if a holder panicked: every update is one insert
-    // or remove.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
@@ -47,23 +42,29 @@ impl Registry {
     pub fn alloc(&self, provider: Arc<dyn Provider>, size: usize) -> Result<usize> {
         let alloc = Allocation::new(provider, size)?;
         let ptr = alloc.ptr();
-        lock(&self.allocations).insert(ptr, alloc);
+        self.allocations.lock().recover().insert(ptr, alloc);
         Ok(ptr)
     }
 
     /// Forget the allocation that starts at `ptr` and the windows cached for it.
     /// Windows still held elsewhere stay mapped.
     pub fn free(&self, ptr: usize) -> Result<()> {
-        let alloc = lock(&self.allocations)
+        let alloc = self
+            .allocations
+            .lock()
+            .recover()
             .remove(&ptr)
             .ok_or_else(|| Error::invalid(format!("{ptr:#x} is not a live symmwin allocation")))?;
-        lock(&self.windows).retain(|(id, _), _| *id != alloc.id());
+        self.windows
+            .lock()
+            .recover()
+            .retain(|(id, _), _| *id != alloc.id());
         Ok(())
     }
 
     /// The allocation covering `ptr` and the offset of `ptr` in it.
     pub fn find(&self, ptr: usize) -> Option<(Allocation, usize)> {
-        let allocations = lock(&self.allocations);
+        let allocations = self.allocations.lock().recover();
         let (_, alloc) = allocations.range(..=ptr).next_back()?;
         let offset = alloc.offset_of(ptr)?;
         Some((alloc.clone(), offset))
@@ -71,19 +72,23 @@ impl Registry {
 
     /// Number of live allocations.
     pub fn allocation_count(&self) -> usize {
-        lock(&self.allocations).len()
+        self.allocations.lock().recover().len()
     }
 
     /// The group registered as `name` on `device`, if any.
     pub fn group(&self, name: &str, device: i32) -> Option<Group> {
-        lock(&self.groups)
+        self.groups
+            .lock()
+            .recover()
             .get(&(name.to_owned(), device))
             .map(|(g, _)| g.clone())
     }
 
     /// True when group `name` on `device` is registered for the store `store_id`.
     pub fn has_group_for(&self, name: &str, device: i32, store_id: u64) -> bool {
-        lock(&self.groups)
+        self.groups
+            .lock()
+            .recover()
             .get(&(name.to_owned(), device))
             .is_some_and(|(_, id)| *id == store_id)
     }
@@ -99,7 +104,7 @@ impl Registry {
         store_id: u64,
         make: impl FnOnce() -> Result<Group>,
     ) -> Result<Group> {
-        let mut groups = lock(&self.groups);
+        let mut groups = self.groups.lock().recover();
         let key = (name.to_owned(), device);
         if let Some((g, id)) = groups.get(&key) {
             if *id == store_id {
@@ -118,7 +123,7 @@ impl Registry {
     /// valid; its socket goes with the last of them. The number of groups released.
     pub fn release_groups(&self, name: Option<&str>) -> usize {
         let mut released = Vec::new();
-        lock(&self.groups).retain(|(n, _), (g, _)| {
+        self.groups.lock().recover().retain(|(n, _), (g, _)| {
             let keep = name.is_some_and(|name| name != n);
             if !keep {
                 released.push(g.clone());
@@ -128,7 +133,7 @@ impl Registry {
         for group in &released {
             group.shared.store.release();
             let key = group_key(group);
-            lock(&self.windows).retain(|(_, g), _| *g != key);
+            self.windows.lock().recover().retain(|(_, g), _| *g != key);
         }
         released.len()
     }
@@ -140,8 +145,13 @@ impl Registry {
     pub fn existing_window(&self, ptr: usize, name: &str, device: i32) -> Option<(Window, usize)> {
         let (alloc, offset) = self.find(ptr)?;
         let group = self.group(name, device)?;
-        let slot = Arc::clone(lock(&self.windows).get(&(alloc.id(), group_key(&group)))?);
-        let window = lock(&slot).as_ref()?.clone();
+        let slot = Arc::clone(
+            self.windows
+                .lock()
+                .recover()
+                .get(&(alloc.id(), group_key(&group)))?,
+        );
+        let window = slot.lock().recover().as_ref()?.clone();
         Some((window, offset))
     }
 
@@ -160,11 +170,13 @@ impl Registry {
             return Ok(None);
         };
         let slot = Arc::clone(
-            lock(&self.windows)
+            self.windows
+                .lock()
+                .recover()
                 .entry((alloc.id(), group_key(group)))
                 .or_default(),
         );
-        let mut slot = lock(&slot);
+        let mut slot = slot.lock().recover();
         if let Some(w) = slot.as_ref() {
             // A cached window skips the provider; a lost device context must still show.
             w.check_errors()?;

@@ -8,6 +8,7 @@
 //! one page have no L1 coherence promise inside one CUDA kernel, so each of our kernels
 //! reaches the own memory through its slot only.
 
+use crate::lock::Recover;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +17,6 @@ use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::layout::FlatLayout;
 use crate::poison::Poison;
-use crate::provider::host::poison_marks;
 use crate::provider::{
     PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
 };
@@ -24,6 +24,7 @@ use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
 use crate::window_cache::WindowSpan;
+use symmwin_host::poison_marks;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
 #[derive(Clone)]
@@ -100,6 +101,7 @@ impl std::fmt::Debug for Window {
 impl Window {
     /// The window of `local` over `span`; `origin` is set when the span may go back to
     /// `local` for the window cache, with the rendezvous number that made it.
+    #[allow(clippy::too_many_arguments)] // one call site, the rendezvous, names each part
     pub(crate) fn new(
         group: Arc<GroupShared>,
         span: Box<dyn Span>,
@@ -305,7 +307,7 @@ impl Window {
         field: impl Fn(&mut Tables) -> &mut Option<Box<dyn Table>>,
         words: impl Fn() -> Vec<u64>,
     ) -> Result<usize> {
-        let mut tables = self.inner.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tables = self.inner.tables.lock().recover();
         let slot = field(&mut tables);
         if let Some(table) = slot {
             return Ok(table.ptr());

@@ -39,6 +39,7 @@
 //! [`Offer::freed`]: crate::exchange::Offer::freed
 //! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
+use crate::lock::Recover;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -137,7 +138,7 @@ fn locked<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
 }
 
 fn lock() -> MutexGuard<'static, Cache> {
-    CACHE.lock().unwrap_or_else(|p| p.into_inner())
+    CACHE.lock().recover()
 }
 
 /// Keep a window freed on this rank until every rank has freed it (unless reuse is
@@ -276,7 +277,7 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
         if on_worker || !cache.zeroing.contains(&key) {
             return None;
         }
-        cache = ZEROED.wait(cache).unwrap_or_else(|p| p.into_inner());
+        cache = ZEROED.wait(cache).recover();
     }
 }
 
@@ -310,12 +311,12 @@ pub fn counts() -> (usize, usize) {
 mod tests {
     use std::sync::Arc;
 
+    use crate::adapter::testing::nonzero_bytes;
     use crate::allocation::Allocation;
     use crate::group::{Group, GroupSpec};
-    use crate::provider::host::{page_size, HostProvider};
     use crate::provider::Provider;
     use crate::store::MemoryStore;
-    use crate::testing::nonzero_bytes;
+    use symmwin_host::{page_size, HostProvider};
 
     /// Both ranks (threads, each with its own provider) run `step` at once.
     fn both<T: Send>(
@@ -360,7 +361,9 @@ mod tests {
         both(&groups, |r| {
             let (alloc, window) = rendezvous(r, size);
             window.write(1 - r, 0, &vec![0xAB; size]).unwrap();
-            window.barrier(crate::SignalOptions::default()).unwrap();
+            window
+                .barrier(crate::signal::SignalOptions::default())
+                .unwrap();
             drop((alloc, window));
         });
         both(&groups, |r| drop(rendezvous(r, page_size())));

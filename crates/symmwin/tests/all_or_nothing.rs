@@ -11,9 +11,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use symmwin::testing::page_size;
-use symmwin::testing::Namespace;
-use symmwin::testing::{nonzero_bytes, Endpoint, FABRIC_LEN};
+use symmwin::adapter::testing::page_size;
+use symmwin::adapter::testing::Namespace;
+use symmwin::adapter::testing::{nonzero_bytes, Endpoint, FABRIC_LEN};
 use symmwin::{
     Allocation, Config, ErrorKind, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store,
     Window,
@@ -262,7 +262,7 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
                 .unwrap();
             let memory = provider.create(4096).unwrap();
             let handle = memory.export().unwrap();
-            let symmwin::SharedHandle::Fd(fd) = &handle else {
+            let symmwin::adapter::SharedHandle::Fd(fd) = &handle else {
                 panic!("host memory travels as an fd");
             };
             let mut buf = [0u8; FABRIC_LEN];
@@ -295,7 +295,7 @@ fn what_a_peer_queues_ahead_is_bounded_and_closed_when_the_call_fails() {
     let next = Allocation::new(provider.clone(), 4096).unwrap();
     assert!(g0.rendezvous_with_pads(&next, 0).is_err());
     drop(next);
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     let left = common::open_fds().saturating_sub(fds_before);
     assert_eq!(left, 0, "descriptors queued for a failed call stay open");
 }

@@ -29,19 +29,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{mappings, open_fds, result, Job};
-use symmwin::testing::Endpoint;
-use symmwin::testing::Namespace;
-use symmwin::testing::Request;
-use symmwin::testing::FABRIC_LEN;
-use symmwin::Operand;
-use symmwin::Shape;
-use symmwin::SharedHandle;
+use symmwin::adapter::testing::Endpoint;
+use symmwin::adapter::testing::Namespace;
+use symmwin::adapter::testing::Request;
+use symmwin::adapter::testing::FABRIC_LEN;
+use symmwin::adapter::SharedHandle;
+use symmwin::ops::Operand;
+use symmwin::ops::Shape;
+use symmwin::ops::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 use symmwin::SignalOptions;
 use symmwin::{
-    Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry, Store,
-    Window,
+    adapter::Registry, Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider,
+    Store, Window,
 };
-use symmwin::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 
 use case_helpers::*;
 use cases::CASES;
@@ -105,7 +105,7 @@ fn table() -> String {
     let mut failed = Vec::new();
     for (i, (name, case, expect)) in CASES.iter().enumerate() {
         // Freed windows wait in the window cache; flushed, nothing may be left.
-        symmwin::testing::window_cache::flush();
+        symmwin::adapter::testing::window_cache::flush();
         let (fds, maps) = (open_fds(), mappings());
         let maps_before = std::fs::read_to_string("/proc/self/maps").unwrap();
         let got = case(&ctx);
@@ -113,7 +113,7 @@ fn table() -> String {
             eprintln!("skip case {i:2} {name}: {why}");
             continue;
         }
-        symmwin::testing::window_cache::flush();
+        symmwin::adapter::testing::window_cache::flush();
         let (fds1, maps1) = (open_fds(), mappings());
         if maps1 != maps {
             // Show what changed, to tell a leaked span or memfd from allocator noise.

@@ -18,7 +18,7 @@ common::worker! {
 /// One rendezvous of a two-rank group; reports which ranks the window maps and
 /// what it read from each mapped slot.
 fn pid_namespace_rank(rank: usize, world: usize) -> String {
-    symmwin::init_logging(Some("warn")).unwrap();
+    symmwin::adapter::init_logging(Some("warn")).unwrap();
     let (group, provider) = common::join_group("pidns", rank, world);
     // Each rank is another host to the other: a group spanning hosts needs a
     // process-group backend, though this test sends nothing through it.

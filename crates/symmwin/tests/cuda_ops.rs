@@ -12,14 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{result, Job, Rng};
-use symmwin::testing::plan;
-use symmwin::OpOptions;
-use symmwin::Shape;
-use symmwin::{cuda_device_count as device_count, CudaProvider};
+use symmwin::adapter::testing::plan;
+use symmwin::ops::OpOptions;
+use symmwin::ops::Shape;
+use symmwin::ops::{DType, ElemType, ReduceOp, Rows, Tile};
+use symmwin::{adapter::cuda_device_count as device_count, CudaProvider};
 use symmwin::{
-    Allocation, Engine, Group, HandlePreference, Operand, Provider, SignalOptions, Stream, Window,
+    ops::{Engine, Operand},
+    Allocation, Group, HandlePreference, Provider, SignalOptions, Stream, Window,
 };
-use symmwin::{DType, ElemType, ReduceOp, Rows, Tile};
 
 /// The CUDA kernels' limits (SYMMWIN_OPS_MAX_EXPERTS, SYMMWIN_OPS_MAX_SPLITS in
 /// kernels/ops_params.cuh): experts per rank, and world * experts.
@@ -133,7 +134,7 @@ fn check_var(
         in_rows,
         out_rows,
     };
-    symmwin::all_to_all_v(
+    symmwin::ops::all_to_all_v(
         shape,
         Operand::new(&input, 0, in_rows * row_bytes),
         Operand::new(&out, 0, out_rows * row_bytes),
@@ -242,7 +243,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
             let (_b, out) = window(&group, &provider, len);
             let send: Vec<u8> = (0..len).map(|i| (i * 3 + rank * 17) as u8).collect();
             input.write(rank, 0, &send).unwrap();
-            symmwin::all_to_all(
+            symmwin::ops::all_to_all(
                 Operand::new(&input, 0, len),
                 Operand::new(&out, 0, len),
                 1,
@@ -262,7 +263,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
             }
             for root in 0..world {
                 input.write(rank, 0, &vec![rank as u8 + 1; len]).unwrap();
-                symmwin::broadcast(Operand::new(&input, 0, len), root, &opts).unwrap();
+                symmwin::ops::broadcast(Operand::new(&input, 0, len), root, &opts).unwrap();
                 input.synchronize(Stream::DEFAULT).unwrap();
                 input.read(rank, 0, &mut got).unwrap();
                 if got.iter().any(|&b| b != root as u8 + 1) {
@@ -273,7 +274,7 @@ fn host_sized_ops(rank: usize, world: usize) -> String {
                 out.write(rank, 0, &vec![rank as u8; len]).unwrap();
                 out.barrier(SignalOptions::default()).unwrap();
                 out.synchronize(Stream::DEFAULT).unwrap();
-                symmwin::put_or_get(Operand::new(&out, 0, len), peer, false, &opts).unwrap();
+                symmwin::ops::put_or_get(Operand::new(&out, 0, len), peer, false, &opts).unwrap();
                 out.synchronize(Stream::DEFAULT).unwrap();
                 out.read(rank, 0, &mut got).unwrap();
                 if got.iter().any(|&b| b != peer as u8) {
@@ -321,7 +322,7 @@ fn tiles(rank: usize, world: usize) -> String {
             .map(|i| Operand::new(&input, i * bytes, bytes))
             .collect();
         let roots: Vec<usize> = (0..world).rev().collect();
-        symmwin::tile_reduce(
+        symmwin::ops::tile_reduce(
             &ins,
             &roots,
             Operand::new(&out, 0, bytes),
@@ -391,7 +392,7 @@ fn disagree_call(
     let odd = rank == 1;
     let typed = |w, len, dtype| Operand::new(w, 0, len).with_dtype(dtype);
     match case {
-        "elem_size" => symmwin::all_to_all(
+        "elem_size" => symmwin::ops::all_to_all(
             Operand::new(input, 0, len),
             Operand::new(out, 0, len),
             pick(odd, 4, 8),
@@ -399,14 +400,14 @@ fn disagree_call(
         ),
         "same_size" => {
             let dtype = pick(odd, DType::FLOAT32, DType::INT32);
-            symmwin::all_to_all(typed(input, len, dtype), typed(out, len, dtype), 4, opts)
+            symmwin::ops::all_to_all(typed(input, len, dtype), typed(out, len, dtype), 4, opts)
         }
         "row_dtype" => {
             let dtype = pick(odd, DType::FLOAT64, DType::FLOAT32);
             input
                 .write(rank, 4096, &i64_bytes(&vec![1; world]))
                 .unwrap();
-            symmwin::all_to_all_v(
+            symmwin::ops::all_to_all_v(
                 Shape::Flat,
                 typed(input, 16 * world, dtype),
                 typed(out, 16 * world, dtype),
@@ -422,12 +423,12 @@ fn disagree_call(
         }
         "broadcast_dtype" => {
             let dtype = pick(odd, DType::FLOAT32, DType::INT32);
-            symmwin::broadcast(typed(out, 16, dtype), 0, opts)
+            symmwin::ops::broadcast(typed(out, 16, dtype), 0, opts)
         }
         "count" => {
             let len = pick(odd, len, len / 2);
             let f32s = DType::FLOAT32;
-            symmwin::all_to_all(typed(input, len, f32s), typed(out, len, f32s), 4, opts)
+            symmwin::ops::all_to_all(typed(input, len, f32s), typed(out, len, f32s), 4, opts)
         }
         other => panic!("unknown case {other}"),
     }
@@ -454,7 +455,7 @@ fn disagree(rank: usize, world: usize) -> String {
     let errors: Vec<symmwin::Error> = [
         launched.err(),
         out.synchronize(Stream::DEFAULT).err(),
-        symmwin::broadcast(Operand::new(&out, 0, len), 0, &opts).err(),
+        symmwin::ops::broadcast(Operand::new(&out, 0, len), 0, &opts).err(),
     ]
     .into_iter()
     .flatten()
@@ -535,8 +536,8 @@ fn ranks_that_disagree_on_the_dtype_trap_and_name_each_other_on_both_engines() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fabric_domain_is_read_from_nvml_on_every_device() {
-    use symmwin::HandleType;
-    use symmwin::{read_fabric_domain, NoFabricDomain};
+    use symmwin::adapter::HandleType;
+    use symmwin::adapter::{read_fabric_domain, NoFabricDomain};
     for device in 0..device_count().unwrap() {
         let read = read_fabric_domain(device);
         match &read {

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::field;
 use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
-use symmwin::{Allocation, ErrorKind, OpOptions, Operand, Rows, Shape, SignalOptions, Stream};
+use symmwin::{
+    ops::{OpOptions, Operand, Rows, Shape},
+    Allocation, ErrorKind, SignalOptions, Stream,
+};
 
 common::worker! { "wait_on_device" => wait_on_device }
 
@@ -28,7 +31,7 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     let other = Operand::new(&window, 4096, 4096);
     // Load the kernels (the first op compiles its module, which can take a second) and
     // make sure nothing on the device waits before both ranks are here.
-    symmwin::all_to_all(half, other, 4, &OpOptions::default()).unwrap();
+    symmwin::ops::all_to_all(half, other, 4, &OpOptions::default()).unwrap();
     // all_to_all_vdev's split table: zero rows for every rank.
     window.write(rank, 8192, &[0u8; 16]).unwrap();
     window.barrier(SignalOptions::default()).unwrap();
@@ -40,10 +43,10 @@ fn wait_on_device(rank: usize, world: usize) -> String {
     let launched = match std::env::var("WAIT").unwrap().as_str() {
         "barrier" => window.barrier(SignalOptions::default()),
         "wait_signal" => window.wait_signal(1, SignalOptions::default()),
-        "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
+        "all_to_all" => symmwin::ops::all_to_all(half, other, 4, &OpOptions::default()),
         // Zero splits (the window is zeroed): the wait is the ready signal every block
         // of the one all_to_all_vdev kernel looks for.
-        "all_to_all_vdev" => symmwin::all_to_all_v(
+        "all_to_all_vdev" => symmwin::ops::all_to_all_v(
             Shape::Flat,
             half,
             other,

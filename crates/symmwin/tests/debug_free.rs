@@ -33,7 +33,7 @@ fn address_space_kb() -> usize {
 fn bounded(rank: usize, world: usize) -> String {
     const CYCLES: usize = 600;
     let (group, provider) = common::join(rank, world);
-    let size = 3 * symmwin::testing::page_size();
+    let size = 3 * symmwin::adapter::testing::page_size();
     let cycle = || {
         let alloc = Allocation::new(provider.clone(), size).unwrap();
         let window = group.rendezvous(&alloc).unwrap();
@@ -104,7 +104,7 @@ fn the_quarantine_is_bounded_and_a_pointer_kept_across_the_last_n_frees_faults()
 /// pointer it kept into its peer's slot.
 fn stale_write(rank: usize, world: usize) -> String {
     let (group, provider) = common::join(rank, world);
-    let size = 3 * symmwin::testing::page_size();
+    let size = 3 * symmwin::adapter::testing::page_size();
     let alloc = Allocation::new(provider.clone(), size).unwrap();
     let window = group.rendezvous(&alloc).unwrap();
     let stale = window.ptr(1 - rank).unwrap();

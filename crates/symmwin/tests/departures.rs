@@ -67,7 +67,7 @@ fn first_rendezvous(rank: usize, world: usize) -> String {
 /// waits in its gather, its call begun, when this rank joins.
 fn wait_for_the_others_requests() {
     let store = common::job_store();
-    let ns = symmwin::testing::Namespace::new("test");
+    let ns = symmwin::adapter::testing::Namespace::new("test");
     let deadline = Instant::now() + Duration::from_secs(10);
     while (0..LEAVER).any(|r| store.try_get(&ns.request(0, r)).unwrap().is_none()) {
         assert!(Instant::now() < deadline, "the other ranks never published");
@@ -89,7 +89,7 @@ impl Leave {
         let leave = std::env::var("LEAVE").unwrap();
         let (at, how) = leave.split_once(':')?;
         Some(Leave {
-            key: symmwin::testing::Namespace::new("test").request(0, rank),
+            key: symmwin::adapter::testing::Namespace::new("test").request(0, rank),
             before: at == "before",
             hold: how == "hold",
         })

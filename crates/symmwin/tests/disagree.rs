@@ -6,9 +6,9 @@
 mod common;
 
 use common::{field, join, result, Job};
-use symmwin::{all_to_all, all_to_all_v, broadcast, tile_reduce};
+use symmwin::ops::{all_to_all, all_to_all_v, broadcast, tile_reduce};
+use symmwin::ops::{DType, ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile};
 use symmwin::{Allocation, Window};
-use symmwin::{DType, ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile};
 
 common::worker! {
     "disagree" => disagree,

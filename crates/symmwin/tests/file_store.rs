@@ -15,7 +15,7 @@ fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "symmwin-fs-{tag}-{}-{:x}",
         std::process::id(),
-        symmwin::testing::random_u64()
+        symmwin::adapter::testing::random_u64()
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir

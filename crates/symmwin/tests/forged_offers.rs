@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
-use symmwin::testing::{nonzero_bytes, Message, Offer, Payload, FABRIC_LEN, MAX_OFFERED};
+use symmwin::adapter::testing::{nonzero_bytes, Message, Offer, Payload, FABRIC_LEN, MAX_OFFERED};
 use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider, Store};
 
 /// A store whose every request, as written, is rewritten to claim that its rank has

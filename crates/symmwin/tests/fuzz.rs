@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use symmwin::testing::Endpoint;
-use symmwin::testing::Namespace;
-use symmwin::testing::{validate, Request, PROTOCOL_VERSION};
-use symmwin::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
+use symmwin::adapter::testing::Endpoint;
+use symmwin::adapter::testing::Namespace;
+use symmwin::adapter::testing::{validate, Request, PROTOCOL_VERSION};
+use symmwin::adapter::testing::{Message, Payload, FABRIC_LEN, FD_LEN};
+use symmwin::adapter::{HandleType, ProviderKind, SharedHandle};
 use symmwin::{Allocation, GroupSpec, HostProvider, MemoryStore, Provider, Store};
-use symmwin::{HandleType, ProviderKind, SharedHandle};
 
 /// The runner every target uses: case count from `PROPTEST_CASES`, a fixed seed
 /// unless `PROPTEST_RNG_SEED` is set, nothing written to disk.
@@ -162,11 +162,11 @@ fn sample_request(rank: usize) -> Request {
         remote_transport: false,
         uid: 1000,
         host: "h".into(),
-        locality: symmwin::testing::Locality {
+        locality: symmwin::adapter::testing::Locality {
             host_id: String::new(),
             boot_id: "b".into(),
             uid: 1000,
-            socket_dir: symmwin::testing::DirIdentity { dev: 1, ino: 2 },
+            socket_dir: symmwin::adapter::testing::DirIdentity { dev: 1, ino: 2 },
             pid_namespace: 1,
             fabric_domain: None,
         },

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, field, result, Job};
-use symmwin::testing::Request;
-use symmwin::testing::FABRIC_LEN;
-use symmwin::SharedHandle;
+use symmwin::adapter::testing::Request;
+use symmwin::adapter::testing::FABRIC_LEN;
+use symmwin::adapter::SharedHandle;
 use symmwin::{
-    Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore, Provider, Registry,
-    Store,
+    adapter::Registry, Allocation, Config, FileStore, Group, GroupSpec, HostProvider, MemoryStore,
+    Provider, Store,
 };
 
 common::worker! {

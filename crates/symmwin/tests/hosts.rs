@@ -193,8 +193,9 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
     let hosts = ["a", "a", "b"];
     let store = Arc::new(MemoryStore::new());
     let size = 3 * 4096;
-    let key =
-        |seq: u64, rank: usize| symmwin::testing::Namespace::new("nocache").request(seq, rank);
+    let key = |seq: u64, rank: usize| {
+        symmwin::adapter::testing::Namespace::new("nocache").request(seq, rank)
+    };
     let mailbox = Arc::new(Mailbox::default());
     let results = spanning_in(
         store.clone(),
@@ -213,7 +214,7 @@ fn windows_of_spanning_groups_skip_the_cache_and_keep_their_keys_one_rendezvous(
     );
     // Windows with unmapped slots are freed at once, never parked, never taken back.
     assert!(results.iter().flatten().all(|&r| !r), "{results:?}");
-    assert_eq!(symmwin::testing::window_cache::counts(), (0, 0));
+    assert_eq!(symmwin::adapter::testing::window_cache::counts(), (0, 0));
     // Peers on other hosts send no handle, so a request key outlives its rendezvous
     // and goes once every rank has published the next one. Seq 0 made the pad pool.
     for rank in 0..hosts.len() {

@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 
 use common::hosts::{spanning, Mailbox};
-use symmwin::Operand;
-use symmwin::Shape;
+use symmwin::ops::Operand;
+use symmwin::ops::Shape;
+use symmwin::ops::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 use symmwin::{Allocation, ErrorKind, Group, Window};
-use symmwin::{ElemType, OpOptions, ReduceOp, Rows, Tile};
 
 const SIZE: usize = 1 << 16;
 const ROW: usize = 12;
@@ -68,7 +68,7 @@ impl Run<'_> {
         self.reset();
         let len = self.world * 96;
         let opts = OpOptions::default();
-        symmwin::all_to_all(self.op(INP, len), self.op(OUT, len), 1, &opts).unwrap();
+        symmwin::ops::all_to_all(self.op(INP, len), self.op(OUT, len), 1, &opts).unwrap();
         self.read(OUT, len)
     }
 
@@ -79,7 +79,7 @@ impl Run<'_> {
             Shape::Flat => 2 * self.world * 8,
             _ => 2 * self.world * EXPERTS * 8,
         };
-        symmwin::all_to_all_v(
+        symmwin::ops::all_to_all_v(
             shape,
             self.op(INP, in_rows * ROW),
             self.op(OUT, out_rows * ROW),
@@ -128,7 +128,7 @@ impl Run<'_> {
 
     fn broadcast(&self, root: usize) -> Vec<u8> {
         self.reset();
-        symmwin::broadcast(self.op(INP, 1000), root, &OpOptions::default()).unwrap();
+        symmwin::ops::broadcast(self.op(INP, 1000), root, &OpOptions::default()).unwrap();
         self.read(INP, 1000)
     }
 
@@ -151,7 +151,7 @@ impl Run<'_> {
                 self.op(INP + k * 4096, extent)
             })
             .collect();
-        symmwin::tile_reduce(
+        symmwin::ops::tile_reduce(
             &ins,
             roots,
             self.op(OUT, extent),
@@ -247,7 +247,7 @@ fn a_split_too_large_for_a_receiver_on_another_host_fails_there_only() {
             .collect();
         run.write(SPLITS, &bytes_of_i64(&table));
         let call = |out_rows: usize| {
-            symmwin::all_to_all_v(
+            symmwin::ops::all_to_all_v(
                 Shape::Flat,
                 run.op(INP, 8 * ROW),
                 run.op(OUT, out_rows * ROW),
@@ -297,10 +297,11 @@ fn one_sided_ops_reach_only_mapped_peers() {
         w.barrier(Default::default()).unwrap();
         let opts = OpOptions::default();
         let far = (rank + 2) % 4;
-        let refused = symmwin::put_or_get(Operand::new(&w, 0, 4096), far, true, &opts).unwrap_err();
+        let refused =
+            symmwin::ops::put_or_get(Operand::new(&w, 0, 4096), far, true, &opts).unwrap_err();
         // Partners get disjoint halves, so neither overwrites what the other reads.
         let half = (rank % 2) * 2048;
-        symmwin::put_or_get(Operand::new(&w, half, 2048), rank ^ 1, false, &opts).unwrap();
+        symmwin::ops::put_or_get(Operand::new(&w, half, 2048), rank ^ 1, false, &opts).unwrap();
         let mut first = [0u8; 1];
         w.read(rank, half, &mut first).unwrap();
         (refused, first[0])

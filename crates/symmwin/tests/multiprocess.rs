@@ -12,7 +12,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{join, open_fds, result, Job, DEFAULT_LIMIT};
-use symmwin::testing::FABRIC_LEN;
+use symmwin::adapter::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, ErrorKind, FileStore, HostProvider, Provider, Store};
 
@@ -156,7 +156,7 @@ fn another_uid_cannot_reach_the_sockets() {
         "needs root to run a process as another uid"
     );
     let job = Job::new("uid");
-    let endpoint = symmwin::testing::Endpoint::bind(&job.sockets(), 1).unwrap();
+    let endpoint = symmwin::adapter::testing::Endpoint::bind(&job.sockets(), 1).unwrap();
     // The test binary may sit where nobody cannot read; give it a copy it can run.
     let exe = job.dir.join("worker-exe");
     std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
@@ -200,16 +200,16 @@ fn socket_directories_that_others_can_enter_are_refused() {
     let open = job.dir.join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let err = symmwin::testing::Endpoint::bind(&open, 0).unwrap_err();
+    let err = symmwin::adapter::testing::Endpoint::bind(&open, 0).unwrap_err();
     assert!(err.to_string().contains("must be 0700"), "{err}");
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
         .create(job.sockets())
         .unwrap();
     let link = job.dir.join("link");
     std::os::unix::fs::symlink(job.sockets(), &link).unwrap();
-    let err = symmwin::testing::Endpoint::bind(&link, 0).unwrap_err();
+    let err = symmwin::adapter::testing::Endpoint::bind(&link, 0).unwrap_err();
     assert!(err.to_string().contains("symlink"), "{err}");
-    let ok = symmwin::testing::Endpoint::bind(&job.sockets(), 0).unwrap();
+    let ok = symmwin::adapter::testing::Endpoint::bind(&job.sockets(), 0).unwrap();
     let mode = std::fs::metadata(ok.path())
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
         .unwrap();

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::testing::Namespace;
+use symmwin::adapter::testing::Namespace;
 use symmwin::{
     Allocation, Config, FileStore, GroupSpec, HostProvider, MemoryStore, Provider, Store,
 };
@@ -210,12 +210,12 @@ fn the_readme_lists_every_setting() {
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split('`').next())
         .collect();
-    let known: Vec<&str> = symmwin::SETTINGS.iter().map(|s| s.name).collect();
+    let known: Vec<&str> = symmwin::adapter::SETTINGS.iter().map(|s| s.name).collect();
     assert_eq!(
         listed, known,
         "README configuration table vs config::SETTINGS"
     );
-    for setting in symmwin::SETTINGS {
+    for setting in symmwin::adapter::SETTINGS {
         let row = section
             .lines()
             .find(|l| l.starts_with(&format!("| `{}`", setting.name)))

@@ -4,10 +4,10 @@
 mod common;
 
 use common::{field, join, result, Job};
-use symmwin::Operand;
-use symmwin::Shape;
+use symmwin::ops::Operand;
+use symmwin::ops::Shape;
+use symmwin::ops::{OpOptions, Rows};
 use symmwin::{Allocation, Window};
-use symmwin::{OpOptions, Rows};
 
 common::worker! {
     "vdev" => vdev,
@@ -68,7 +68,7 @@ fn vdev(rank: usize, world: usize) -> String {
         w.write(rank, splits, &bytes).unwrap();
         let rows: Vec<u32> = (0..cap).flat_map(|i| row(rank, i)).collect();
         write_u32s(&w, rank, inp, &rows);
-        symmwin::all_to_all_v(
+        symmwin::ops::all_to_all_v(
             Shape::Flat,
             Operand::new(&w, inp, cap * ROW),
             Operand::new(&w, out, cap * ROW),
@@ -116,7 +116,7 @@ fn overflow(rank: usize, world: usize) -> String {
         .collect();
     w.write(rank, splits, &mine).unwrap();
     let call = |out_rows| {
-        symmwin::all_to_all_v(
+        symmwin::ops::all_to_all_v(
             Shape::Flat,
             Operand::new(&w, inp, 8 * ROW),
             Operand::new(&w, out, out_rows * ROW),

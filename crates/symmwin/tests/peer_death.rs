@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use common::field;
 use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
-use symmwin::{Allocation, ErrorKind, OpOptions, Operand, SignalOptions};
+use symmwin::{
+    ops::{OpOptions, Operand},
+    Allocation, ErrorKind, SignalOptions,
+};
 
 common::worker! { "wait_in_rendezvous" => wait_in_rendezvous }
 
@@ -32,7 +35,7 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
         "rendezvous" => group.rendezvous(&next).map(drop),
         "barrier" => window.barrier(SignalOptions::default()),
         "wait_signal" => window.wait_signal(1, SignalOptions::default()),
-        "all_to_all" => symmwin::all_to_all(half, other, 4, &OpOptions::default()),
+        "all_to_all" => symmwin::ops::all_to_all(half, other, 4, &OpOptions::default()),
         other => panic!("unknown wait {other}"),
     }
     .unwrap_err();

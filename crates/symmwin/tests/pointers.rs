@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::hosts::spanning;
-use symmwin::{Allocation, Group, Provider, Registry, SignalOptions, Window};
+use symmwin::{adapter::Registry, Allocation, Group, Provider, SignalOptions, Window};
 
 /// Rank `rank`'s window of a fresh allocation of `size` bytes whose first byte is
 /// `rank + 1`, written through the allocation's own view before the rendezvous.

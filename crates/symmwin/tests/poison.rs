@@ -16,7 +16,7 @@ mod scenarios;
 use std::time::{Duration, Instant};
 
 use common::{field, result, Job};
-use symmwin::{Allocation, ErrorKind, Registry, SignalOptions};
+use symmwin::{adapter::Registry, Allocation, ErrorKind, SignalOptions};
 
 common::worker! {
     "poison_case" => scenarios::poison_case,
@@ -244,7 +244,7 @@ fn registry_refuses(rank: usize, world: usize) -> String {
     assert!(matches!(again.kind(), ErrorKind::Poisoned(_)), "{again}");
     drop(w);
     registry.free(ptr).unwrap();
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     let fresh = registry.alloc(group.provider().clone(), 16384).unwrap();
     let (fresh_window, _) = registry
         .rendezvous(fresh, &group, symmwin::DEFAULT_PAD_SIZE)
@@ -311,7 +311,7 @@ fn pool_bounded(rank: usize, world: usize) -> String {
     good.barrier(SignalOptions::default()).unwrap();
     let mut got = [0u8];
     good.read(rank, 0, &mut got).unwrap();
-    let (parked, released) = symmwin::testing::window_cache::counts();
+    let (parked, released) = symmwin::adapter::testing::window_cache::counts();
     format!(
         "pools={} refused={refused} got={} parked={parked} released={released}",
         group.pad_pool_count(),

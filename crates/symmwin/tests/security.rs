@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::hooked_store::{Hooked, StoreHooks};
 use common::{assert_all_success, field, result, Job};
-use symmwin::testing::Request;
-use symmwin::testing::FABRIC_LEN;
+use symmwin::adapter::testing::Request;
+use symmwin::adapter::testing::FABRIC_LEN;
 use symmwin::SignalOptions;
 use symmwin::{Allocation, Config, FileStore, GroupSpec, HostProvider, Provider};
 
@@ -107,9 +107,9 @@ fn logged(rank: usize, world: usize) -> String {
     //    right token): rank 0 logs a rejection and a dropped stale handle.
     if rank == 1 {
         let theirs = store.hooks.request_of(0);
-        let token = symmwin::testing::Token::from_hex(&theirs.token).unwrap();
+        let token = symmwin::adapter::testing::Token::from_hex(&theirs.token).unwrap();
         let memory = provider.create(4096).unwrap();
-        let symmwin::SharedHandle::Fd(fd) = memory.export().unwrap() else {
+        let symmwin::adapter::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];
@@ -117,7 +117,7 @@ fn logged(rank: usize, world: usize) -> String {
         let mut stale = common::fd_message("logged", 0, 1, 2, &"00".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
-        stale.token = symmwin::testing::token_bytes(&token);
+        stale.token = symmwin::adapter::testing::token_bytes(&token);
         common::send_raw(&theirs.socket, stale.encode(&mut buf), &fds);
     }
     let second = Allocation::new(provider.clone(), 4096).unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{entries, field, join_group, mappings, open_fds, result, Job, Rng};
 use symmwin::SignalOptions;
-use symmwin::{Allocation, FileStore, Registry, Window};
+use symmwin::{adapter::Registry, Allocation, FileStore, Window};
 
 /// Cycles of the CI-sized run (about 10 s on 2 cores in a debug build).
 const CI_CYCLES: usize = 2000;
@@ -113,7 +113,7 @@ fn soak(rank: usize, world: usize) -> String {
     }
     anchor.barrier(SignalOptions::default()).unwrap();
     // Freed windows wait in the window cache: counted flushed, nothing may be left.
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     // The peer watcher's thread, started by the first rendezvous, maps as it starts.
     common::settle_threads();
     let before = (
@@ -196,12 +196,12 @@ fn soak(rank: usize, world: usize) -> String {
     let secs = start.elapsed().as_secs_f64();
     // A window taken over from the cache leaves its request key to the next
     // rendezvous: one more per group, on fresh memory, and then nothing is cached.
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     for g in std::iter::once(&group).chain(sub.as_ref()) {
         let last = Allocation::new(provider.clone(), 4096).unwrap();
         drop(g.rendezvous(&last).unwrap());
     }
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     // Every rank has returned from all its rendezvous (so deleted its keys) once it
     // is through this barrier; after the second one it may drop its sockets.
     anchor.barrier(SignalOptions::channel(2)).unwrap();

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use symmwin::CudaProvider;
-use symmwin::{
-    Allocation, Config, Group, GroupSpec, HandlePreference, HostProvider, MemoryStore, Provider,
-};
+use symmwin::{Allocation, Config, Group, GroupSpec, HostProvider, MemoryStore, Provider};
+#[cfg(feature = "cuda")]
+use symmwin::{CudaProvider, HandlePreference};
 
 fn page() -> String {
     std::fs::read_to_string(concat!(
@@ -97,6 +96,7 @@ fn skip(test: &str, why: &str) {
 
 /// The page's message is what a machine without libcuda.so gets; a machine with a
 /// driver cannot produce it, and says so rather than passing unchecked.
+#[cfg(feature = "cuda")]
 #[test]
 fn no_driver() {
     match CudaProvider::new(0, HandlePreference::Auto) {
@@ -120,6 +120,7 @@ fn no_driver() {
 
 /// The message only a GPU whose driver refuses fabric handles produces (no IMEX
 /// channel, or no fabric manager): there `cuMemCreate` answers NOT_PERMITTED.
+#[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a CUDA GPU that refuses fabric handles (no IMEX channel)"]
 fn fabric_not_permitted() {

@@ -178,20 +178,7 @@ impl Endpoint {
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let fds_dropped_before = self.fds_dropped_baseline(round.seq);
-        // What was queued for calls below this one can never be used: its fds close.
-        self.early
-            .retain(|&(group, seq), _| group != round.group || seq >= round.seq);
-        if let Some(heard) = self.gave_up {
-            return Err(heard.error(round.rank));
-        }
-        for early in self
-            .early
-            .remove(&(round.group, round.seq))
-            .unwrap_or_default()
-        {
-            self.accept(round, early, traded)?;
-        }
-        self.route_held(round, traded)?;
+        self.take_what_came_early(round, traded)?;
         let mut waiting = crate::waiting::Waiting::new(Phase::Exchange, round.rank, timeout);
         let needed = if ours.handle.is_some() {
             Sent::Handle
@@ -199,22 +186,7 @@ impl Endpoint {
             Sent::OfferOnly
         };
         loop {
-            let mut full = Vec::new();
-            let mut lost = Vec::new();
-            for &peer in round.targets {
-                if traded.sent[peer] >= needed {
-                    continue;
-                }
-                let first = traded.sent[peer] == Sent::Nothing;
-                match self.try_send(round, peer, ours, first) {
-                    Ok(true) => {
-                        traded.sent[peer] = needed;
-                        self.counts.sent += 1;
-                    }
-                    Ok(false) => full.push(peer),
-                    Err(e) => lost.push((peer, e)),
-                }
-            }
+            let (full, lost) = self.send_pending(round, traded, ours, needed);
             if !lost.is_empty() {
                 // A peer that gave this call up told us before it closed its socket:
                 // its notice, naming whom it blamed, is queued and says more.
@@ -270,6 +242,53 @@ impl Endpoint {
                 });
             }
         }
+    }
+
+    /// Before a trade: drop what was queued for calls below this one (it can never be
+    /// used: its fds close), fail at once when a peer gave this call up, and take what
+    /// came for this call before it started.
+    fn take_what_came_early(&mut self, round: &Round<'_>, traded: &mut Traded) -> Result<()> {
+        self.early
+            .retain(|&(group, seq), _| group != round.group || seq >= round.seq);
+        if let Some(heard) = self.gave_up {
+            return Err(heard.error(round.rank));
+        }
+        for early in self
+            .early
+            .remove(&(round.group, round.seq))
+            .unwrap_or_default()
+        {
+            self.accept(round, early, traded)?;
+        }
+        self.route_held(round, traded)
+    }
+
+    /// Send `ours` to every target that has not had the `needed` part yet. Returns the
+    /// targets whose queue was full (to retry) and those whose send failed.
+    fn send_pending(
+        &mut self,
+        round: &Round<'_>,
+        traded: &mut Traded,
+        ours: &Outgoing<'_>,
+        needed: Sent,
+    ) -> (Vec<usize>, Vec<(usize, Error)>) {
+        let mut full = Vec::new();
+        let mut lost = Vec::new();
+        for &peer in round.targets {
+            if traded.sent[peer] >= needed {
+                continue;
+            }
+            let first = traded.sent[peer] == Sent::Nothing;
+            match self.try_send(round, peer, ours, first) {
+                Ok(true) => {
+                    traded.sent[peer] = needed;
+                    self.counts.sent += 1;
+                }
+                Ok(false) => full.push(peer),
+                Err(e) => lost.push((peer, e)),
+            }
+        }
+        (full, lost)
     }
 
     /// Route every datagram waiting in our queue.

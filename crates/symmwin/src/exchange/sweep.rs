@@ -1,6 +1,7 @@
 //! Socket files: removing those of dead processes when a socket is bound, and this
 //! process's own at exit.
 
+use crate::lock::Recover;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -8,7 +9,7 @@ use std::sync::OnceLock;
 /// Socket paths this process has bound and not yet removed.
 pub(super) fn own_sockets() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     static OWN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-    OWN.lock().unwrap_or_else(|p| p.into_inner())
+    OWN.lock().recover()
 }
 
 /// Remove the socket files of every endpoint of this process, for process exit:

@@ -155,8 +155,8 @@ mod tests {
     use crate::allocation::Allocation;
     use crate::error::{ErrorKind, Phase};
     use crate::group::{Group, GroupSpec};
-    use crate::provider::host::HostProvider;
     use crate::store::MemoryStore;
+    use symmwin_host::HostProvider;
 
     /// Both ranks of a world-2 group on one memory store, with a short timeout.
     fn pair(name: &str) -> (Arc<MemoryStore>, [Group; 2]) {
@@ -172,7 +172,10 @@ mod tests {
     }
 
     /// Both ranks rendezvous `sizes[rank]` bytes at once: each rank's result.
-    fn both(groups: &[Group; 2], sizes: [usize; 2]) -> Vec<crate::Result<crate::Window>> {
+    fn both(
+        groups: &[Group; 2],
+        sizes: [usize; 2],
+    ) -> Vec<crate::error::Result<crate::window::Window>> {
         std::thread::scope(|s| {
             let ranks: Vec<_> = (0..2)
                 .map(|r| {

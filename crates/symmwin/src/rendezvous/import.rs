@@ -8,6 +8,7 @@
 //! were after its first rendezvous of that width (the soak test counts them). A
 //! single import runs on the caller: a thread hop would only add to it.
 
+use crate::lock::Recover;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,7 +76,7 @@ fn start(provider: &Arc<dyn Provider>, handle: SharedHandle, size: usize, helper
 }
 
 fn take(slot: &Mutex<Option<SharedHandle>>) -> Option<SharedHandle> {
-    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    slot.lock().recover().take()
 }
 
 fn finish(import: Import, limit: Duration) -> Imported {
@@ -96,7 +97,7 @@ fn finish(import: Import, limit: Duration) -> Imported {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::host::{page_size, HostProvider};
+    use symmwin_host::{page_size, HostProvider};
 
     #[test]
     fn side_by_side_imports_come_back_in_rank_order_and_a_bad_one_names_its_peer() {

@@ -12,6 +12,7 @@ use super::spanning;
 use crate::error::Result;
 use crate::exchange::{Awaited, Offer, Outgoing, Round, Traded};
 use crate::layout::FlatLayout;
+use crate::lock::Recover;
 use crate::provider::{HandleType, Memory, SharedHandle, Span};
 use crate::window_cache;
 
@@ -88,7 +89,7 @@ impl Rendezvous<'_> {
                 pids[r] = gathered.peers[r].pid;
             }
             let registered = crate::peer_watch::register(pids);
-            *self.shared.peers.write().unwrap_or_else(|p| p.into_inner()) = registered.set();
+            *self.shared.peers.write().recover() = registered.set();
             self.state.watched = Some(registered);
         }
         let reserved = self.reserve_early(own, &offer)?;

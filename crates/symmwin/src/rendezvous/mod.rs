@@ -175,7 +175,7 @@ fn test_group(
 ) -> (Group, std::sync::Arc<crate::store::MemoryStore>) {
     use std::sync::Arc;
     let store = store.unwrap_or_default();
-    let provider = Arc::new(crate::provider::host::HostProvider::new());
+    let provider = Arc::new(symmwin_host::HostProvider::new());
     let config = crate::config::Config::from_env().unwrap();
     let spec = crate::group::GroupSpec::new(name, rank, world);
     let group = Group::new(spec, store.clone(), provider, &config).unwrap();

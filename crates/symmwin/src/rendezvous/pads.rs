@@ -73,10 +73,10 @@ impl Rendezvous<'_> {
 }
 
 /// Bytes of poison mark per pad: host pads have one, CUDA pads none (torch's kernels
-/// use every pad word; see `provider::host::poison_marks`).
+/// use every pad word; see `symmwin_host::poison_marks`).
 fn mark_bytes(kind: crate::provider::ProviderKind) -> usize {
     match kind {
-        crate::provider::ProviderKind::Host => crate::provider::host::poison_marks::MARK_BYTES,
+        crate::provider::ProviderKind::Host => symmwin_host::poison_marks::MARK_BYTES,
         crate::provider::ProviderKind::Cuda => 0,
     }
 }

@@ -16,7 +16,7 @@
 //! offered as free, so a stray signal (a put no one waited for) quarantines its slot
 //! rather than leaking into the next window.
 //!
-//! Host pools also hold a poison mark per pad (see `provider::host::poison_marks`),
+//! Host pools also hold a poison mark per pad (see `symmwin_host::poison_marks`),
 //! after the last pad of the pool. A host slot whose mark is set, or whose pad still
 //! holds a signal, is offered as *to scrub* instead of free; once every rank offers a
 //! slot free or to scrub, no rank has a window on it any more (and a host signal is
@@ -25,13 +25,14 @@
 //! holds one slot while any rank keeps it, and none after. CUDA pads are never
 //! scrubbed: a kernel queued before the free may still wait on them.
 
+use crate::lock::Recover;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::layout::{pad_place, FlatLayout, PadLayout};
-use crate::provider::host::poison_marks;
 use crate::provider::Span;
+use symmwin_host::poison_marks;
 
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
 #[derive(Debug)]
@@ -72,7 +73,9 @@ pub(crate) fn pool_bytes(pad_size: usize, granularity: usize, mark_bytes: usize)
     let want = pad_size
         .checked_add(mark_bytes)
         .and_then(|each| each.checked_mul(MIN_SLOTS))
-        .ok_or_else(|| crate::Error::invalid(format!("signal pad size {pad_size} is too large")))?;
+        .ok_or_else(|| {
+            crate::error::Error::invalid(format!("signal pad size {pad_size} is too large"))
+        })?;
     crate::layout::round_up(want.max(granularity), granularity)
 }
 
@@ -96,7 +99,7 @@ impl PadPools {
         rank: usize,
         is_zero: impl Fn(usize, usize) -> bool,
     ) -> PadSnapshot {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let Some(set) = sets.get_mut(&pad_size) else {
             return PadSnapshot::default();
         };
@@ -141,7 +144,7 @@ impl PadPools {
         slots: &[usize],
         zero: impl Fn(usize, usize),
     ) {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let Some(set) = sets.get_mut(&pad_size) else {
             return;
         };
@@ -163,7 +166,7 @@ impl PadPools {
     /// at the same point of the same rendezvous).
     pub(crate) fn grow(&self, pad_size: usize, pool: PoolWindow, mark_bytes: usize) {
         let slots = slots_per_pool(pool.layout.stride, pad_size, mark_bytes);
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let set = sets.entry(pad_size).or_default();
         set.mark_bytes = mark_bytes;
         set.pools.push(Arc::new(pool));
@@ -173,7 +176,7 @@ impl PadPools {
 
     /// Mark `slot` used and return where its pads are.
     pub(crate) fn take(self: &Arc<Self>, pad_size: usize, slot: usize) -> Option<PadLease> {
-        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.sets.lock().recover();
         let set = sets.get_mut(&pad_size)?;
         let per_pool = set.per_pool(pad_size)?;
         let (pool, offset) = pad_place(slot, per_pool, pad_size);
@@ -199,7 +202,7 @@ impl PadPools {
     /// and keeps the pad mapped while it waits.
     pub(crate) fn holding(&self, rank: usize, addr: usize, len: usize) -> Option<Arc<PoolWindow>> {
         let end = addr.checked_add(len)?;
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let sets = self.sets.lock().recover();
         let mut pools = sets.values().flat_map(|set| &set.pools);
         pools
             .find(|pool| {
@@ -212,7 +215,7 @@ impl PadPools {
     /// Number of pool windows across all pad sizes (for tests and diagnostics).
     /// (Bounded under poison: see the module docs.)
     pub(crate) fn pool_count(&self) -> usize {
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let sets = self.sets.lock().recover();
         sets.values().map(|s| s.pools.len()).sum()
     }
 }
@@ -305,7 +308,7 @@ impl PadLease {
 
 impl Drop for PadLease {
     fn drop(&mut self) {
-        let mut sets = self.pools.sets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sets = self.pools.sets.lock().recover();
         if let Some(set) = sets.get_mut(&self.pad_size) {
             if let (Some(used), Some(dirty)) =
                 (set.used.get_mut(self.slot), set.dirty.get_mut(self.slot))
@@ -320,6 +323,23 @@ impl Drop for PadLease {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pools of `pad`-byte pads over one window `span` laid out as `layout`, with
+    /// `mark_bytes` of poison marks per pad.
+    fn pools_over(
+        pad: usize,
+        span: Box<dyn Span>,
+        layout: FlatLayout,
+        mark_bytes: usize,
+    ) -> Arc<PadPools> {
+        let pools = Arc::new(PadPools::default());
+        let window = PoolWindow {
+            _span: span,
+            layout,
+        };
+        pools.grow(pad, window, mark_bytes);
+        pools
+    }
 
     #[test]
     fn common_slot_is_lowest_free_everywhere() {
@@ -340,21 +360,13 @@ mod tests {
     #[test]
     fn freed_slot_is_offered_only_once_its_pad_reads_zero() {
         use crate::provider::Provider;
-        let provider = crate::HostProvider::new();
+        let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (4096, 2, 1);
         let stride = pad * MIN_SLOTS;
         // Never mapped: the pool must not write to it (a write would fault).
         let span = provider.reserve(stride * world).unwrap();
         let layout = FlatLayout::new(span.base(), stride, world).unwrap();
-        let pools = Arc::new(PadPools::default());
-        pools.grow(
-            pad,
-            PoolWindow {
-                _span: span,
-                layout,
-            },
-            0,
-        );
+        let pools = pools_over(pad, span, layout, 0);
 
         let lease = pools.take(pad, 3).unwrap();
         assert_eq!(
@@ -408,22 +420,14 @@ mod tests {
     #[test]
     fn a_poisoned_host_slot_is_scrubbed_then_free() {
         use crate::provider::Provider;
-        let provider = crate::HostProvider::new();
+        let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (64, 2, 0);
-        let bytes = pool_bytes(pad, crate::provider::host::page_size(), 16).unwrap();
+        let bytes = pool_bytes(pad, symmwin_host::page_size(), 16).unwrap();
         let memory = provider.create(bytes * world).unwrap();
         let mut span = provider.reserve(bytes * world).unwrap();
         span.map(0, memory.as_ref()).unwrap();
         let layout = FlatLayout::new(span.base(), bytes, world).unwrap();
-        let pools = Arc::new(PadPools::default());
-        pools.grow(
-            pad,
-            PoolWindow {
-                _span: span,
-                layout,
-            },
-            16,
-        );
+        let pools = pools_over(pad, span, layout, 16);
         let lease = pools.take(pad, 5).unwrap();
         let pads = lease.layout(rank).unwrap();
         let poison = crate::poison::Poison {

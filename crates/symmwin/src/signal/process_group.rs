@@ -21,9 +21,10 @@
 //! The waits of one call run side by side, so one that times out cannot make the
 //! others fail early (gloo closes every connection after a timeout).
 
+use crate::lock::Recover;
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
@@ -97,12 +98,6 @@ pub trait ProcessGroupLink: Send + Sync + 'static {
 /// A failure of a send that completed after its call, for the next call.
 type Deferred = Arc<Mutex<Option<RemoteFailure>>>;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves consistent data (an Option or
-    // a map of senders): go on with it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn failed_wait(message: &str) -> LinkFailure {
     LinkFailure {
         peer: None,
@@ -146,7 +141,7 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
 
     /// An earlier send that failed, reported once.
     fn take_deferred(&self) -> Result<(), RemoteFailure> {
-        match lock(&self.deferred).take() {
+        match self.deferred.lock().recover().take() {
             None => Ok(()),
             Some(f) => Err(RemoteFailure {
                 message: match f.peer {
@@ -160,7 +155,7 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
 
     /// Hand a flag send to `peer`'s completer thread (started with the first one).
     fn complete_later(&self, peer: usize, work: L::Work) -> Result<(), RemoteFailure> {
-        let mut completers = lock(&self.completers);
+        let mut completers = self.completers.lock().recover();
         if let Some(tx) = completers.get(&peer) {
             if let Err(mpsc::SendError(work)) = tx.send(work) {
                 // The thread is gone (it can only have panicked): wait here instead.
@@ -179,7 +174,7 @@ impl<L: ProcessGroupLink> ProcessGroupPeers<L> {
             .spawn(move || {
                 for work in rx {
                     if let Err(f) = link.wait(work, None) {
-                        let mut slot = lock(&deferred);
+                        let mut slot = deferred.lock().recover();
                         if slot.is_none() {
                             *slot = Some(lost(LinkFailure {
                                 peer: Some(peer),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::lock::Recover;
 
 /// What a fake work does when waited for.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +40,11 @@ impl ProcessGroupLink for FakeLink {
         batch: &[Message],
         memory: MessageMemory,
     ) -> Result<Vec<Option<usize>>, LinkFailure> {
-        lock(&self.log).posts.push((batch.to_vec(), memory));
+        self.log
+            .lock()
+            .recover()
+            .posts
+            .push((batch.to_vec(), memory));
         Ok(match memory {
             MessageMemory::Host => batch.iter().map(|m| Some(m.peer)).collect(),
             MessageMemory::Device => {
@@ -53,7 +58,7 @@ impl ProcessGroupLink for FakeLink {
     }
 
     fn wait(&self, peer: usize, bound: Option<Duration>) -> Result<(), LinkFailure> {
-        lock(&self.log).waits.push((peer, bound));
+        self.log.lock().recover().waits.push((peer, bound));
         let fail = |broken| {
             Err(LinkFailure {
                 peer: Some(peer),
@@ -73,12 +78,12 @@ impl ProcessGroupLink for FakeLink {
     }
 
     fn synchronize(&self, _stream: StreamHandle) -> Result<(), LinkFailure> {
-        lock(&self.log).syncs += 1;
+        self.log.lock().recover().syncs += 1;
         Ok(())
     }
 
     fn copy(&self, dst: usize, src: usize, len: usize, to_device: bool) -> Result<(), LinkFailure> {
-        lock(&self.log).copies.push(to_device);
+        self.log.lock().recover().copies.push(to_device);
         // SAFETY: the tests pass host buffers of `len` bytes for both sides.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
         Ok(())
@@ -121,7 +126,7 @@ fn a_host_flag_send_fails_at_the_next_call_naming_its_peer() {
     // The send is handed to rank 3's completer: the call does not wait for it.
     p.flags(&[flag(3, Direction::Send)], SECOND, 0).unwrap();
     let deadline = Instant::now() + SECOND * 5;
-    while lock(&p.deferred).is_none() {
+    while p.deferred.lock().recover().is_none() {
         assert!(Instant::now() < deadline, "the completer never waited");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -135,7 +140,7 @@ fn a_host_flag_send_fails_at_the_next_call_naming_its_peer() {
     );
     // Reported once.
     p.flags(&[], Duration::ZERO, 0).unwrap();
-    assert_eq!(lock(&log).waits, vec![(3, None)]);
+    assert_eq!(log.lock().recover().waits, vec![(3, None)]);
 }
 
 #[test]
@@ -214,7 +219,7 @@ fn host_data_sends_are_waited_for_in_the_call() {
         tag: 9,
     };
     p.transfer(&[t], SECOND, 0).unwrap();
-    let log = lock(&log);
+    let log = log.lock().recover();
     assert_eq!(log.waits.len(), 1);
     assert!(log.waits[0].1.is_some(), "a bounded wait");
     assert_eq!(log.posts[0].0[0].bytes, Some((t.ptr, 4)));
@@ -235,7 +240,7 @@ fn device_memory_through_nccl_is_one_group_the_stream_waits_for_when_it_receives
         7,
     )
     .unwrap();
-    let log = lock(&log);
+    let log = log.lock().recover();
     assert!(log
         .posts
         .iter()
@@ -268,7 +273,7 @@ fn device_memory_without_nccl_is_staged_through_the_host() {
     ];
     p.transfer(&transfers, SECOND, 7).unwrap();
     p.flags(&[flag(1, Direction::Recv)], SECOND, 7).unwrap();
-    let log = lock(&log);
+    let log = log.lock().recover();
     assert_eq!(
         log.syncs, 2,
         "the stream drains before staged messages leave"

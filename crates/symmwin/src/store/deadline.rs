@@ -8,6 +8,7 @@
 //! so a rendezvous costs a thread hop per store phase, not a thread. The same workers
 //! run a rendezvous's imports side by side ([`start`]).
 
+use crate::lock::Recover;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,7 +35,7 @@ fn spawn_worker() -> Result<Sender<Job>> {
 }
 
 fn idle_worker() -> Option<Sender<Job>> {
-    IDLE.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    IDLE.lock().recover().pop()
 }
 
 /// Run `call` on `store` on a worker; give up at `deadline`. `what` names the
@@ -108,17 +109,13 @@ impl<T> Started<T> {
     }
 
     fn back_to_pool(self) {
-        IDLE.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(self.worker);
+        IDLE.lock().recover().push(self.worker);
     }
 
     /// [`Started::wait_for`] without a tick.
     pub(crate) fn wait_for(self, limit: Duration) -> std::result::Result<T, RecvTimeoutError> {
         let value = self.result.recv_timeout(limit)?;
-        IDLE.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(self.worker);
+        IDLE.lock().recover().push(self.worker);
         Ok(value)
     }
 }

@@ -21,29 +21,30 @@ pub(crate) fn ranks_beyond_32_bits(c: &Ctx) -> String {
     let mut lines = vec![
         format!(
             "broadcast: {:?}",
-            kind(symmwin::broadcast(buf, root, &opts))
+            kind(symmwin::ops::broadcast(buf, root, &opts))
         ),
         format!(
             "put: {:?}",
-            kind(symmwin::put_or_get(buf, peer, true, &opts))
+            kind(symmwin::ops::put_or_get(buf, peer, true, &opts))
         ),
         format!(
             "get: {:?}",
-            kind(symmwin::put_or_get(buf, -1i64, false, &opts))
+            kind(symmwin::ops::put_or_get(buf, -1i64, false, &opts))
         ),
         format!(
             "wait_signal: {:?}",
-            kind(symmwin::wait_signal(w, peer, &opts))
+            kind(symmwin::ops::wait_signal(w, peer, &opts))
         ),
     ];
     let sig = Operand::new(w, 64, 8);
-    let put_with_signal = symmwin::put_with_signal(buf, sig, 1, peer, &opts);
+    let put_with_signal = symmwin::ops::put_with_signal(buf, sig, 1, peer, &opts);
     lines.push(format!("put_with_signal: {:?}", kind(put_with_signal)));
     // SAFETY (test): `src` is 64 readable bytes of host memory for the call.
-    let put_signal = unsafe { symmwin::put_signal(src.as_ptr() as usize, 64, buf, peer, &opts) };
+    let put_signal =
+        unsafe { symmwin::ops::put_signal(src.as_ptr() as usize, 64, buf, peer, &opts) };
     lines.push(format!("put_signal: {:?}", kind(put_signal)));
     let ins = [Operand::new(w, 0, 64)];
-    let reduce = symmwin::tile_reduce(
+    let reduce = symmwin::ops::tile_reduce(
         &ins,
         &[root],
         Operand::new(w, 128, 64),
@@ -56,7 +57,7 @@ pub(crate) fn ranks_beyond_32_bits(c: &Ctx) -> String {
     let g = group(c, Arc::new(MemoryStore::new()), "wait-by-address", 0, 2);
     let word = src.as_ptr() as usize;
     // SAFETY (test): the peer is refused before the word is looked at.
-    let wait = unsafe { symmwin::wait_for_signal_at(&registry, &g, word, 1, peer + 1, &opts) };
+    let wait = unsafe { symmwin::ops::wait_for_signal_at(&registry, &g, word, 1, peer + 1, &opts) };
     lines.push(format!("wait_for_signal: {:?}", kind(wait)));
     lines.join("\n")
 }
@@ -77,21 +78,21 @@ pub(crate) fn aliased_operands(w: &Window) -> String {
         elem: ElemType::F32,
     };
     let vdev = |out: Operand, so: Operand| {
-        symmwin::all_to_all_v(Shape::Flat, at(0, 64), out, at(1024, 16), so, rows, &opts)
+        symmwin::ops::all_to_all_v(Shape::Flat, at(0, 64), out, at(1024, 16), so, rows, &opts)
     };
     [
-        err(symmwin::all_to_all(at(0, 64), at(0, 64), 4, &opts)),
-        err(symmwin::all_to_all(at(0, 64), at(32, 64), 4, &opts)),
+        err(symmwin::ops::all_to_all(at(0, 64), at(0, 64), 4, &opts)),
+        err(symmwin::ops::all_to_all(at(0, 64), at(32, 64), 4, &opts)),
         err(vdev(at(0, 96), at(2048, 32))),
         err(vdev(at(256, 96), at(1024, 32))),
-        err(symmwin::put_with_signal(
+        err(symmwin::ops::put_with_signal(
             at(0, 64),
             at(56, 8),
             1,
             1usize,
             &opts,
         )),
-        err(symmwin::tile_reduce(
+        err(symmwin::ops::tile_reduce(
             &[at(0, 64)],
             &[0usize],
             at(0, 64),
@@ -192,7 +193,7 @@ pub(crate) fn asymmetric(c: &Ctx) -> String {
     })
 }
 
-pub(crate) fn export(memory: Box<dyn symmwin::Memory>) -> SharedHandle {
+pub(crate) fn export(memory: Box<dyn symmwin::adapter::Memory>) -> SharedHandle {
     memory.export().unwrap()
 }
 
@@ -211,7 +212,10 @@ pub(crate) fn open_socket(c: &Ctx) -> PathBuf {
     let dir = c.scratch.join("open-sockets");
     let _ = std::fs::create_dir(&dir);
     set_mode(&dir, 0o755);
-    let path = dir.join(format!("{:x}.sock", symmwin::testing::random_u64()));
+    let path = dir.join(format!(
+        "{:x}.sock",
+        symmwin::adapter::testing::random_u64()
+    ));
     // Bound and dropped: the file stays, and the check refuses it before any send.
     let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     drop(sock);
@@ -232,9 +236,10 @@ pub(crate) fn env_case(var: &str, value: &str) -> String {
 
 /// Join a group in the socket directory `prepare` sets up (badly), given a fresh path.
 pub(crate) fn socket_dir_case(c: &Ctx, prepare: impl FnOnce(PathBuf) -> PathBuf) -> String {
-    let fresh = c
-        .scratch
-        .join(format!("sockdir-{:x}", symmwin::testing::random_u64()));
+    let fresh = c.scratch.join(format!(
+        "sockdir-{:x}",
+        symmwin::adapter::testing::random_u64()
+    ));
     let dir = prepare(fresh);
     let mut config = c.config.clone();
     config.socket_dir = dir;

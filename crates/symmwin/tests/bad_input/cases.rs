@@ -434,7 +434,7 @@ pub(crate) const CASES: &[Case] = &[
         |c| {
             let w = &c.pair.windows[0];
             let (input, out) = (Operand::new(w, 0, 36), Operand::new(w, 2048, 36));
-            err(symmwin::all_to_all(input, out, 4, &OpOptions::default()))
+            err(symmwin::ops::all_to_all(input, out, 4, &OpOptions::default()))
         },
         &["all_to_all: 9 elements do not split evenly among the 2 ranks"],
     ),
@@ -459,7 +459,7 @@ pub(crate) const CASES: &[Case] = &[
                 in_rows: 4,
                 out_rows: 4,
             };
-            err(symmwin::all_to_all_v(
+            err(symmwin::ops::all_to_all_v(
                 Shape::Flat,
                 Operand::new(w, 0, 64),
                 Operand::new(w, 128, 64),

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use symmwin::adapter::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
 use symmwin::{Config, Group, GroupSpec, HostProvider, MemoryStore, Provider};
-use symmwin::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
 
 /// Queued messages by (from, to, tag).
 type Queues = HashMap<(usize, usize, u32), Vec<Vec<u8>>>;

@@ -17,9 +17,9 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use symmwin::testing::PeerAddress;
-use symmwin::testing::Request;
-use symmwin::testing::Token;
+use symmwin::adapter::testing::PeerAddress;
+use symmwin::adapter::testing::Request;
+use symmwin::adapter::testing::Token;
 use symmwin::{Config, FileStore, Group, GroupSpec, HostProvider, Provider};
 
 /// Environment variable naming the scenario a worker runs.
@@ -80,7 +80,7 @@ impl TempDir {
         TempDir(std::env::temp_dir().join(format!(
             "symmwin-test-{tag}-{}-{:x}",
             std::process::id(),
-            symmwin::testing::random_u64()
+            symmwin::adapter::testing::random_u64()
         )))
     }
 
@@ -155,7 +155,7 @@ impl Job {
         let dir = std::env::temp_dir().join(format!(
             "symmwin-test-{name}-{}-{:x}",
             std::process::id(),
-            symmwin::testing::random_u64()
+            symmwin::adapter::testing::random_u64()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         Job { dir }
@@ -192,7 +192,7 @@ impl Job {
     /// Start one worker process per rank running `scenario`.
     pub fn spawn(&self, world: usize, scenario: &str, env: &[(&str, String)]) -> Ranks {
         let exe = std::env::current_exe().unwrap();
-        let tag = format!("{scenario}-{:x}", symmwin::testing::random_u64());
+        let tag = format!("{scenario}-{:x}", symmwin::adapter::testing::random_u64());
         let mut ranks = Ranks::default();
         for rank in 0..world {
             let files = (
@@ -403,8 +403,9 @@ pub fn join_wrapped(
 
 /// Join group `name` on the job's file store with a CUDA provider: rank r on GPU
 /// r % GPUs, so several ranks share a GPU where there are fewer.
+#[cfg(feature = "cuda")]
 pub fn join_cuda(name: &str, rank: usize, world: usize) -> (Group, Arc<dyn Provider>) {
-    let gpus = symmwin::cuda_device_count().unwrap().max(1) as usize;
+    let gpus = symmwin::adapter::cuda_device_count().unwrap().max(1) as usize;
     let device = (rank % gpus) as i32;
     let provider: Arc<dyn Provider> =
         Arc::new(symmwin::CudaProvider::new(device, symmwin::HandlePreference::Auto).unwrap());
@@ -549,9 +550,9 @@ pub fn group(
 pub fn fake_rank1_requests(
     store: &dyn symmwin::Store,
     group: &str,
-    endpoint: &symmwin::testing::Endpoint,
+    endpoint: &symmwin::adapter::testing::Endpoint,
 ) -> Result<(Request, Request), String> {
-    let key = symmwin::testing::Namespace::new(group).request(0, 0);
+    let key = symmwin::adapter::testing::Namespace::new(group).request(0, 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     let bytes = loop {
         if let Some(b) = store.try_get(&key).map_err(|e| e.to_string())? {
@@ -573,15 +574,15 @@ pub fn fake_rank1_requests(
 /// A fake rank 1's half of a rendezvous of a two-rank group `group` (sequence 0):
 /// send rank 0 `handle` for `physical_size` bytes and take rank 0's, within `timeout`.
 pub fn fake_rank1_all_gather(
-    endpoint: &mut symmwin::testing::Endpoint,
+    endpoint: &mut symmwin::adapter::testing::Endpoint,
     (group, physical_size): (&str, u64),
     (theirs, ours): (&Request, &Request),
-    handle: &symmwin::SharedHandle,
+    handle: &symmwin::adapter::SharedHandle,
     timeout: Duration,
 ) -> symmwin::Result<()> {
     let peers = peer_addresses(theirs, ours);
-    let round = symmwin::testing::Round {
-        group: symmwin::testing::stable_id(group),
+    let round = symmwin::adapter::testing::Round {
+        group: symmwin::adapter::testing::stable_id(group),
         seq: 0,
         rank: 1,
         peers: &peers,
@@ -600,17 +601,17 @@ pub fn fd_message(
     sender: u32,
     world: u32,
     token_hex: &str,
-) -> symmwin::testing::Message {
-    symmwin::testing::Message {
-        group: symmwin::testing::stable_id(group),
+) -> symmwin::adapter::testing::Message {
+    symmwin::adapter::testing::Message {
+        group: symmwin::adapter::testing::stable_id(group),
         seq,
         sender,
         world,
-        token: symmwin::testing::token_bytes(
+        token: symmwin::adapter::testing::token_bytes(
             &Token::from_hex(token_hex).expect("a published token"),
         ),
         physical_size: 4096,
         offer: Default::default(),
-        payload: symmwin::testing::Payload::Fd,
+        payload: symmwin::adapter::testing::Payload::Fd,
     }
 }

@@ -127,7 +127,7 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     // a fast peer's first handle, queued here early, would count as one of ours.
     let sync_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let sync = group.rendezvous(&sync_alloc).unwrap();
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     // The peer watcher's thread starts with the first rendezvous: its signal stack and
     // malloc arena appear a moment later, which is no leak.
     common::settle_threads();
@@ -151,12 +151,12 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     // Freed windows wait in the window cache; flushed, nothing may be left. One more
     // collective (on fresh memory, so with handles) so every rank has deleted its
     // last request key.
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     let last_alloc = Allocation::new(provider.clone(), 4096).unwrap();
     let last = group.rendezvous(&last_alloc).unwrap();
     last.barrier(SignalOptions::default()).unwrap();
     drop((last, last_alloc));
-    symmwin::testing::window_cache::flush();
+    symmwin::adapter::testing::window_cache::flush();
     let (fds1, maps1, threads1) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::channel(1)).unwrap();
     format!(
@@ -229,14 +229,14 @@ pub(crate) fn die_or_wait(rank: usize, world: usize, publish_first: bool) -> Str
 
 /// Publish a well-formed request for seq 0 whose process then dies before sending.
 pub(crate) fn publish_and_vanish(rank: usize, world: usize) {
-    let endpoint = symmwin::testing::Endpoint::bind(
+    let endpoint = symmwin::adapter::testing::Endpoint::bind(
         Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
         0,
     )
     .unwrap();
     let info = HostProvider::new().info();
-    let request = symmwin::testing::Request {
-        version: symmwin::testing::PROTOCOL_VERSION.into(),
+    let request = symmwin::adapter::testing::Request {
+        version: symmwin::adapter::testing::PROTOCOL_VERSION.into(),
         group: "test".into(),
         seq: 0,
         rank,
@@ -263,7 +263,7 @@ pub(crate) fn publish_and_vanish(rank: usize, world: usize) {
             .nodename()
             .to_string_lossy()
             .into_owned(),
-        locality: symmwin::testing::Locality::here(
+        locality: symmwin::adapter::testing::Locality::here(
             std::env::var("SYMMWIN_HOST_ID").ok().as_deref(),
             Path::new(&std::env::var("SYMMWIN_SOCKET_DIR").unwrap()),
             None,
@@ -276,7 +276,7 @@ pub(crate) fn publish_and_vanish(rank: usize, world: usize) {
     let store = FileStore::new(std::env::var("STORE").unwrap()).unwrap();
     store
         .set(
-            &symmwin::testing::Namespace::new("test").request(0, rank),
+            &symmwin::adapter::testing::Namespace::new("test").request(0, rank),
             &request.encode(),
         )
         .unwrap();
@@ -369,7 +369,7 @@ pub(crate) fn forge_to_all(dir: &Path) -> usize {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let msg = common::fd_message("test", 0, 1, 2, &"07".repeat(16));
         let mut buf = [0u8; FABRIC_LEN];
-        let symmwin::SharedHandle::Fd(fd) = memory.export().unwrap() else {
+        let symmwin::adapter::SharedHandle::Fd(fd) = memory.export().unwrap() else {
             unreachable!()
         };
         let fds = [std::os::fd::AsFd::as_fd(&fd)];

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use symmwin::{
-    ElemType, Error, OpOptions, Operand, ReduceOp, Rows, Shape, SignalOptions, Tile, Window,
+    ops::{ElemType, OpOptions, Operand, ReduceOp, Rows, Shape, Tile},
+    Error, SignalOptions, Window,
 };
 
 /// The calls the matrix runs.
@@ -174,7 +175,7 @@ impl Round<'_> {
         self.write_words(rank, 0, &input);
         let len = world * 32;
         timed(|| {
-            symmwin::all_to_all(
+            symmwin::ops::all_to_all(
                 Operand::new(self.w, 0, len),
                 Operand::new(self.w, 4096, len),
                 8,
@@ -199,7 +200,7 @@ impl Round<'_> {
         self.write_words(rank, inp, &input);
         self.write_words(rank, splits, &vec![2; world]);
         timed(|| {
-            symmwin::all_to_all_v(
+            symmwin::ops::all_to_all_v(
                 Shape::Flat,
                 Operand::new(self.w, inp, rows * 16),
                 Operand::new(self.w, out, rows * 16),
@@ -230,7 +231,7 @@ impl Round<'_> {
         let (rank, round) = (self.rank(), self.round);
         let mine: Vec<u64> = (0..4).map(|k| value(round, rank, 0, k)).collect();
         self.write_words(rank, 0, &mine);
-        timed(|| symmwin::broadcast(Operand::new(self.w, 0, 32), 0, &self.op_options()))?;
+        timed(|| symmwin::ops::broadcast(Operand::new(self.w, 0, 32), 0, &self.op_options()))?;
         let want: Vec<u64> = (0..4).map(|k| value(round, 0, 0, k)).collect();
         self.expect("broadcast", self.read_words(0, 4), want)
     }
@@ -248,7 +249,7 @@ impl Round<'_> {
             elem: ElemType::F32,
         };
         timed(|| {
-            symmwin::tile_reduce(
+            symmwin::ops::tile_reduce(
                 &[Operand::new(self.w, 0, 32)],
                 &[0],
                 Operand::new(self.w, 4096, 32),

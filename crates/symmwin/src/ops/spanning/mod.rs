@@ -28,8 +28,8 @@ use crate::provider::{Provider, ProviderKind};
 use crate::signal::remote::{RemotePeers, SignalScope};
 
 use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
-use crate::provider::host::{mismatch_error, Published};
 use moves::Moves;
+use symmwin_host::{mismatch_error, Published};
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move
 /// data as the module describes; the one-sided ops reach only mapped peers (the safe
@@ -75,7 +75,7 @@ impl<'a> SpanningOps<'a> {
     /// are then out of step).
     ///
     /// On host memory this host's ranks compare their operand fingerprints through
-    /// the pads (as [`super::host::HostOps`] does); a rank that sees another fails,
+    /// the pads (as `symmwin_host::HostOps` does); a rank that sees another fails,
     /// naming it, after the body, which still runs: its messages to other hosts must
     /// be matched there, so a rank cannot drop out of an op alone.
     fn collective(

@@ -7,7 +7,7 @@ use super::moves::{i64s, Moves, Scratch};
 use super::SpanningOps;
 use crate::provider::device_ops::plan::{in_table_len, Chunk, Plan, Planner, Shape};
 use crate::provider::device_ops::{OpContext, VarArgs};
-use crate::provider::host::check_own_sends;
+use symmwin_host::check_own_sends;
 
 const I64: usize = std::mem::size_of::<i64>();
 

@@ -1,0 +1,36 @@
+//! The internals the integration tests forge requests and exchange messages with
+//! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`,
+//! `forged_offers.rs`), and the check that memory is handed out zeroed, shared with the
+//! unit tests. Not part of the API: hidden from the documentation, with no stability
+//! promise.
+
+pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
+pub use crate::exchange::{Endpoint, PeerAddress, Round};
+pub use crate::protocol::PROTOCOL_VERSION;
+pub use crate::rendezvous::locality::{DirIdentity, Locality};
+pub use crate::rendezvous::request::{validate, Request};
+pub use crate::store::{poll_all, Namespace};
+pub use crate::token::{random_u64, stable_id, Token};
+pub use symmwin_device::provider::device_ops::plan;
+pub use symmwin_host::page_size;
+
+/// The secret bytes of `token`, for tests that forge a message carrying it.
+pub fn token_bytes(token: &Token) -> [u8; 16] {
+    token.bytes()
+}
+
+/// The process-wide cache of released windows, for tests that count mappings.
+pub mod window_cache {
+    pub use crate::window_cache::{counts, flush};
+}
+
+/// Bytes of `alloc`'s own view that are not zero, for tests that check memory is
+/// handed out zeroed.
+///
+/// # Safety
+/// `alloc` is host memory (the host provider's), so its view is readable here.
+pub unsafe fn nonzero_bytes(alloc: &crate::allocation::Allocation) -> usize {
+    // SAFETY: the caller guarantees a host mapping; it is alive while `alloc` is.
+    let bytes = unsafe { std::slice::from_raw_parts(alloc.ptr() as *const u8, alloc.size()) };
+    bytes.iter().filter(|&&b| b != 0).count()
+}
