@@ -63,7 +63,8 @@ extern "C" __global__ void symmwin_ops_wait_value(const __grid_constant__ OpsPar
 // Handshakes around copy-engine transfers, on `channel`:
 //   SYMMWIN_HS_SIGNAL_*: signal `peer` or every other rank (after a system fence, so
 //     copies that ran before on the stream are visible first);
-//   SYMMWIN_HS_WAIT_*: then wait for `peer` or every other rank.
+//   SYMMWIN_HS_WAIT_*: then wait for `peer` or every other rank;
+//   SYMMWIN_HS_ANSWER_NEXT: (waiting for `peer` alone) answer a mismatch on channel + 1.
 // One block of at least `world` threads.
 extern "C" __global__ void symmwin_ops_handshake(const __grid_constant__ OpsParams p) {
   const uint32_t t = threadIdx.x;
@@ -74,6 +75,12 @@ extern "C" __global__ void symmwin_ops_handshake(const __grid_constant__ OpsPara
                              ((p.mode & SYMMWIN_HS_WAIT_PEER) != 0 && t == p.peer));
   if (signal) {
     __threadfence_system();
+  }
+  if ((p.mode & SYMMWIN_HS_ANSWER_NEXT) != 0) {
+    if (wait) {
+      wait_peer_answering(p, t, p.channel, p.channel + 1);
+    }
+    return;
   }
   peer_handshake(p, p.channel, p.channel, signal, wait);
 }

@@ -47,6 +47,9 @@
 #define SYMMWIN_HS_SIGNAL_ALL 2
 #define SYMMWIN_HS_WAIT_PEER 4
 #define SYMMWIN_HS_WAIT_ALL 8
+// With SYMMWIN_HS_WAIT_PEER: a mismatched signal is answered on channel + 1, where
+// `peer` waits next, so it fails naming this rank too (see wait_peer_answering).
+#define SYMMWIN_HS_ANSWER_NEXT 16
 // OpsParams::mode of the tile reduce kernel: the element type.
 #define SYMMWIN_DTYPE_F32 0
 #define SYMMWIN_DTYPE_BF16 1

@@ -5,8 +5,8 @@
 use super::grid::{self, COPY_ENGINE_MIN_COLLECTIVE};
 use super::params::{
     OpId, Operand, OpsParams, A2AV_1D, A2AV_2D, A2AV_2D_OFFSET, DTYPE_BF16, DTYPE_F16, DTYPE_F32,
-    DTYPE_F64, HS_SIGNAL_ALL, HS_SIGNAL_PEER, HS_WAIT_ALL, HS_WAIT_PEER, MAX_EXPERTS,
-    MAX_ROOT_WORLD, MAX_SPLITS, THREADS,
+    DTYPE_F64, HS_ANSWER_NEXT, HS_SIGNAL_ALL, HS_SIGNAL_PEER, HS_WAIT_ALL, HS_WAIT_PEER,
+    MAX_EXPERTS, MAX_ROOT_WORLD, MAX_SPLITS, THREADS,
 };
 use super::{CudaOps, Pick};
 use symmwin_device::error::{Error, Result};
@@ -142,7 +142,8 @@ impl CudaOps {
                 self.handshake(ctx, &p, HS_SIGNAL_ALL, 0, ch)?;
                 return self.handshake(ctx, &p, HS_WAIT_ALL, 0, ch + 1);
             }
-            self.handshake(ctx, &p, HS_WAIT_PEER, root, ch)?;
+            // The root waits on ch + 1 next: a mismatch answers there (it fails too).
+            self.handshake(ctx, &p, HS_WAIT_PEER | HS_ANSWER_NEXT, root, ch)?;
             self.copy_engine(ctx, dst, src, len)?;
             return self.handshake(ctx, &p, HS_SIGNAL_PEER, root, ch + 1);
         }

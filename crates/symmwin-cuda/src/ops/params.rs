@@ -50,6 +50,9 @@ pub(super) const HS_SIGNAL_PEER: u32 = 1;
 pub(super) const HS_SIGNAL_ALL: u32 = 2;
 pub(super) const HS_WAIT_PEER: u32 = 4;
 pub(super) const HS_WAIT_ALL: u32 = 8;
+/// With [`HS_WAIT_PEER`]: a mismatch is answered on the next channel, where the peer
+/// waits, so that it fails naming this rank instead of waiting out its timeout.
+pub(super) const HS_ANSWER_NEXT: u32 = 16;
 /// `OpsParams::mode` of the tile reduce kernel: the element type.
 pub(super) const DTYPE_F32: u32 = 0;
 pub(super) const DTYPE_BF16: u32 = 1;
@@ -252,6 +255,7 @@ mod tests {
         assert_eq!(define("SYMMWIN_COPY_GET"), COPY_GET as u64);
         assert_eq!(define("SYMMWIN_COPY_PUT"), COPY_PUT as u64);
         assert_eq!(define("SYMMWIN_HS_WAIT_ALL"), HS_WAIT_ALL as u64);
+        assert_eq!(define("SYMMWIN_HS_ANSWER_NEXT"), HS_ANSWER_NEXT as u64);
         assert_eq!(define("SYMMWIN_HS_WAIT_PEER"), HS_WAIT_PEER as u64);
         assert_eq!(define("SYMMWIN_HS_SIGNAL_ALL"), HS_SIGNAL_ALL as u64);
         assert_eq!(define("SYMMWIN_HS_SIGNAL_PEER"), HS_SIGNAL_PEER as u64);
