@@ -7,7 +7,6 @@ use std::time::Duration;
 use symmwin::{SignalOptions, Stream};
 
 use crate::status::SymmwinStatus::{self, *};
-use crate::window::SymmwinWindow;
 
 /// # Safety
 /// `s` is NULL or a NUL-terminated string that outlives `'a`.
@@ -26,13 +25,6 @@ pub(crate) unsafe fn str_arg<'a>(s: *const c_char, what: &str) -> symmwin::Resul
 pub(crate) unsafe fn out_arg<'a, T>(p: *mut T, what: &str) -> symmwin::Result<&'a mut T> {
     // SAFETY: a non-null out pointer from the caller points to writable storage for T.
     unsafe { p.as_mut() }.ok_or_else(|| symmwin::Error::invalid(format!("{what} is NULL")))
-}
-
-/// # Safety
-/// `w` is NULL or a window from `symmwin_rendezvous` not released before `'a` ends.
-pub(crate) unsafe fn window_arg<'a>(w: *const SymmwinWindow) -> symmwin::Result<&'a SymmwinWindow> {
-    // SAFETY: a non-null window pointer came from symmwin_rendezvous and is not yet released.
-    unsafe { w.as_ref() }.ok_or_else(|| symmwin::Error::invalid("window is NULL"))
 }
 
 pub(crate) fn channel_arg(channel: c_int) -> symmwin::Result<usize> {

@@ -4,9 +4,10 @@
 
 use std::ffi::c_void;
 
-use crate::args::{out_arg, window_arg};
+use crate::args::out_arg;
 use crate::last_error::guard;
 use crate::status::SymmwinStatus;
+use crate::window::window_arg;
 use crate::SymmwinWindow;
 
 /// `(base, stride)` with `ptrs[r] == base + r * stride` for every mapped rank (0

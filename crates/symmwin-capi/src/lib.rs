@@ -63,6 +63,7 @@ pub use store::{SymmwinSink, SymmwinStore, SymmwinStoreError};
 pub use window::*;
 
 // The helpers the entry-point modules share, under the crate-root names they use.
-use args::{channel_arg, out_arg, rank_arg, signal_options, str_arg, window_arg};
+use args::{channel_arg, out_arg, rank_arg, signal_options, str_arg};
 use last_error::guard;
 use state::REGISTRY;
+use window::window_arg;

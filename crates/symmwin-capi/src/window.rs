@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use symmwin::Window;
 
-use crate::args::{out_arg, rank_arg, str_arg, window_arg};
+use crate::args::{out_arg, rank_arg, str_arg};
 use crate::last_error::{guard, guard_out};
 use crate::state::REGISTRY;
 use crate::status::SymmwinStatus::{self, *};
@@ -14,6 +14,15 @@ use crate::status::SymmwinStatus::{self, *};
 pub struct SymmwinWindow {
     pub(crate) window: Window,
     pub(crate) offset: usize,
+}
+
+/// The window behind a C handle (the argument checks of every window call).
+///
+/// # Safety
+/// `w` is NULL or a window from `symmwin_rendezvous` not released before `'a` ends.
+pub(crate) unsafe fn window_arg<'a>(w: *const SymmwinWindow) -> symmwin::Result<&'a SymmwinWindow> {
+    // SAFETY: a non-null window pointer came from symmwin_rendezvous and is not yet released.
+    unsafe { w.as_ref() }.ok_or_else(|| symmwin::Error::invalid("window is NULL"))
 }
 
 /// Layout and identity of a window.
