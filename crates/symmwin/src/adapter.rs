@@ -19,16 +19,9 @@ pub mod testing;
 pub use crate::config::{Setting, SETTINGS};
 pub use crate::device_provider::provider_for_device;
 pub use crate::exchange::{remove_own_sockets, remove_sockets_of, ExchangeCounts};
-pub use crate::interrupt::set_check as set_interrupt_check;
-pub use crate::layout::PadLayout;
 pub use crate::logging::{init as init_logging, requested as logging_requested};
-pub use crate::peer_watch::PeerSet;
 pub use crate::probe::{
     machine as probe_machine, machine_json as probe_machine_json, DeviceReport, MachineReport,
-};
-pub use crate::provider::{
-    FabricDomain, HandleType, Memory, PadSignal, ProviderInfo, ProviderKind, SharedHandle,
-    SignalAt, Signals, Span, StreamHandle, Table,
 };
 pub use crate::registry::Registry;
 pub use crate::rendezvous::PhaseTimes;
@@ -42,4 +35,11 @@ pub use symmwin_cuda::{
     probe_device, read_fabric_domain, CudaSignals, FabricDomainProbe, HandleSupport,
     NoFabricDomain, NvmlStatus,
 };
+pub use symmwin_device::interrupt::set_check as set_interrupt_check;
+pub use symmwin_device::layout::PadLayout;
 pub use symmwin_device::lock::Recover;
+pub use symmwin_device::peer_watch::PeerSet;
+pub use symmwin_device::provider::{
+    FabricDomain, HandleType, Memory, PadSignal, ProviderInfo, ProviderKind, SharedHandle,
+    SignalAt, Signals, Span, StreamHandle, Table,
+};

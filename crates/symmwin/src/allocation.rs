@@ -1,14 +1,14 @@
 //! Local memory that can later become a window of any group.
 
-use crate::lock::Recover;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use symmwin_device::lock::Recover;
 
-use crate::error::{Error, Result};
 use crate::export_ahead::ExportAhead;
-use crate::layout::round_up;
-use crate::provider::{Memory, Provider, SharedHandle, Span};
 use crate::window_cache::{self, GroupKey, Parked, WindowSpan};
+use symmwin_device::error::{Error, Result};
+use symmwin_device::layout::round_up;
+use symmwin_device::provider::{Memory, Provider, SharedHandle, Span};
 
 /// Physical memory plus this process's own mapping of it. Cheap to clone.
 ///

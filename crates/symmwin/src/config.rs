@@ -19,9 +19,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::device_timeout::DEFAULT_DEVICE_TIMEOUT;
-use crate::error::{Error, Result};
-pub use crate::provider::HandlePreference;
+pub use symmwin_device::device_timeout::DEFAULT_DEVICE_TIMEOUT;
+use symmwin_device::error::{Error, Result};
+pub use symmwin_device::provider::HandlePreference;
 
 mod warnings;
 
@@ -336,13 +336,16 @@ impl Config {
         vars.parse("SYMMWIN_LOG", |v| log_filter(v).map(drop));
         let host_id = vars.parse("SYMMWIN_HOST_ID", host_id);
         vars.parse("SYMMWIN_OPS_ENGINE", |v| {
-            v.parse::<crate::engine::Engine>()
+            v.parse::<symmwin_device::engine::Engine>()
                 .map_err(|_| "is not an engine".to_owned())
         });
         let debug_free = vars.parse("SYMMWIN_DEBUG_FREE", switch).unwrap_or(false);
         // Read by the Python package (symmwin._autoload); checked here with the rest.
         vars.parse("SYMMWIN_AUTOLOAD", switch);
-        vars.parse("SYMMWIN_DEBUG_FREE_KEEP", crate::debug_free::parse_keep);
+        vars.parse(
+            "SYMMWIN_DEBUG_FREE_KEEP",
+            symmwin_device::debug_free::parse_keep,
+        );
         if !vars.problems.is_empty() {
             return Err(Error::invalid(vars.problems.join("; ")));
         }
@@ -428,7 +431,7 @@ mod tests {
     fn refused(pairs: &[(&str, &str)]) -> String {
         let err = Config::from_vars(&table(pairs)).unwrap_err();
         match err.into_kind() {
-            crate::error::ErrorKind::InvalidArgument(why) => why,
+            symmwin_device::error::ErrorKind::InvalidArgument(why) => why,
             other => panic!("not an argument error: {other}"),
         }
     }

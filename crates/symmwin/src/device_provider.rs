@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
-use crate::error::{Error, ErrorKind, Phase};
-use crate::provider::{HandlePreference, Provider};
+use symmwin_device::error::Result;
+use symmwin_device::error::{Error, ErrorKind, Phase};
+use symmwin_device::provider::{HandlePreference, Provider};
 use symmwin_host::HostProvider;
 
 /// The provider for `device`: host shared memory for a negative device (the C ABI's
@@ -43,6 +43,9 @@ mod tests {
     fn a_negative_device_is_host_memory() {
         let provider = provider_for_device(-1, HandlePreference::Auto).unwrap();
         assert_eq!(provider.info().device, -1);
-        assert_eq!(provider.info().kind, crate::provider::ProviderKind::Host);
+        assert_eq!(
+            provider.info().kind,
+            symmwin_device::provider::ProviderKind::Host
+        );
     }
 }

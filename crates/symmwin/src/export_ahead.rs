@@ -8,12 +8,12 @@
 //! The same worker frees the windows the window cache lets go, and zeroes those it
 //! releases, off the path of the rendezvous that let them go.
 
-use crate::lock::Recover;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use symmwin_device::lock::Recover;
 
-use crate::error::Result;
-use crate::provider::{Memory, SharedHandle};
+use symmwin_device::error::Result;
+use symmwin_device::provider::{Memory, SharedHandle};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -68,7 +68,7 @@ impl ExportAhead {
     /// The exported handle (or the export's error), waiting for the worker if needed.
     pub(crate) fn wait(self) -> Result<SharedHandle> {
         self.take().unwrap_or_else(|| {
-            Err(crate::error::Error::invalid(
+            Err(symmwin_device::error::Error::invalid(
                 "an exported handle was taken twice",
             ))
         })
@@ -150,7 +150,7 @@ fn submit(job: Job) -> std::result::Result<(), Job> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Provider;
+    use symmwin_device::provider::Provider;
     use symmwin_host::HostProvider;
 
     #[test]

@@ -1,19 +1,19 @@
 //! A group: the ranks that rendezvous together, their store and this rank's socket.
 
-use crate::lock::Recover;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+use symmwin_device::lock::Recover;
 
 use crate::config::Config;
-use crate::error::{Error, Phase, Result};
 use crate::exchange::Endpoint;
-use crate::peer_watch::PeerSet;
-use crate::provider::Provider;
-use crate::rendezvous::locality::Locality;
+use crate::locality::Locality;
 use crate::signal::pad_pool::PadPools;
 use crate::signal::remote::RemotePeers;
 use crate::store::{Namespace, Store};
+use symmwin_device::error::{Error, Phase, Result};
+use symmwin_device::peer_watch::PeerSet;
+use symmwin_device::provider::Provider;
 
 /// The largest world size a group accepts. Every rank's request and slot is held in
 /// memory during a rendezvous, so a larger world could only end in an allocation
@@ -155,7 +155,7 @@ pub(crate) struct GroupState {
     pub(crate) out_of_step: Option<OutOfStep>,
     /// This group's local peers, watched for their deaths from the first rendezvous
     /// that proved them local on.
-    pub(crate) watched: Option<crate::peer_watch::Registered>,
+    pub(crate) watched: Option<symmwin_device::peer_watch::Registered>,
 }
 
 /// Since when and where a group's ranks stopped agreeing on which call is which.
@@ -171,7 +171,7 @@ impl OutOfStep {
     pub(crate) fn error(&self, our_rank: usize) -> Error {
         let error = Error::new(
             Phase::Gather,
-            crate::error::ErrorKind::OutOfStep {
+            symmwin_device::error::ErrorKind::OutOfStep {
                 since: self.since,
                 rank: self.rank,
                 why: self.why.clone(),
@@ -226,7 +226,7 @@ impl Group {
             spec.name,
             spec.rank,
             spec.world,
-            crate::text::Seconds(config.timeout)
+            symmwin_device::text::Seconds(config.timeout)
         );
         let locality = Locality::here(
             config.host_id.as_deref(),
@@ -348,7 +348,7 @@ impl Group {
         self.shared.state.lock().map_err(|_| {
             Error::new(
                 Phase::Gather,
-                crate::error::ErrorKind::Internal(
+                symmwin_device::error::ErrorKind::Internal(
                     "an earlier rendezvous on this group panicked".into(),
                 ),
             )

@@ -39,12 +39,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-// The device contract's modules, under the names the runtime's modules use for them
-// (`crate::error::Error`); they live in symmwin-device.
-use symmwin_device::{
-    debug_free, device_timeout, engine, error, interrupt, layout, limits, lock, peer_exit,
-    peer_watch, poison, provider, text, waiting,
-};
+// The device contract's modules whose types the root hands on (the runtime's own
+// modules name them as `symmwin_device::...`).
+use symmwin_device::{device_timeout, error, interrupt, layout, peer_exit, poison, provider};
 
 pub mod adapter;
 mod allocation;
@@ -53,6 +50,7 @@ mod device_provider;
 mod exchange;
 mod export_ahead;
 mod group;
+mod locality;
 mod logging;
 pub mod ops;
 mod private_dir;

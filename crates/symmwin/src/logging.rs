@@ -12,7 +12,7 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use crate::config::{log_filter as parse, refusal};
-use crate::error::{Error, Result};
+use symmwin_device::error::{Error, Result};
 
 /// Install the `SYMMWIN_LOG` subscriber, or `fallback` when the variable is unset
 /// (`None`: install nothing). Idempotent; later calls return the first outcome.

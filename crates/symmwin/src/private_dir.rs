@@ -3,7 +3,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// Create `dir` (and missing parents) as `0700`; refuse it unless it is a real
 /// directory owned by us that no other user can enter, in parents no other user can

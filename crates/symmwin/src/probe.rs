@@ -44,12 +44,12 @@ pub fn machine() -> MachineReport {
 
 /// Every CUDA device, and which can access which.
 #[cfg(feature = "cuda")]
-fn cuda_devices() -> crate::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
+fn cuda_devices() -> symmwin_device::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
     use symmwin_cuda as cuda;
     let n = cuda::device_count()?;
     let devices = (0..n)
         .map(cuda::probe_device)
-        .collect::<crate::error::Result<Vec<_>>>()?;
+        .collect::<symmwin_device::error::Result<Vec<_>>>()?;
     let matrix = (0..n)
         .map(|a| {
             (0..n)
@@ -61,7 +61,7 @@ fn cuda_devices() -> crate::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_devices() -> crate::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
+fn cuda_devices() -> symmwin_device::error::Result<(Vec<DeviceReport>, Vec<Vec<bool>>)> {
     Err(crate::device_provider::without_cuda())
 }
 

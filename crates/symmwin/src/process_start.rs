@@ -4,7 +4,7 @@
 //! process is gone, so a pid alone proves nothing: a record also carries its writer's
 //! start time (clock ticks since boot, `/proc/<pid>/stat`) and uid, and is believed
 //! only on the kernel and in the pid namespace that wrote it (boot id and namespace
-//! inode, see `rendezvous::locality`). A process is the writer when its pid, start
+//! inode, see `locality`). A process is the writer when its pid, start
 //! time and real uid all match; anything else under that pid is another process.
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,15 +1,15 @@
 //! Process-wide bookkeeping for adapters (the C ABI, torch): which pointer belongs
 //! to which allocation, which groups exist, and which windows were already made.
 
-use crate::lock::Recover;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use symmwin_device::lock::Recover;
 
 use crate::allocation::Allocation;
-use crate::error::{Error, Result};
 use crate::group::Group;
-use crate::provider::Provider;
 use crate::window::Window;
+use symmwin_device::error::{Error, Result};
+use symmwin_device::provider::Provider;
 
 /// A window slot: filled by the first rendezvous of an (allocation, group); a second
 /// caller waits on the slot's lock for the first instead of running a collective.

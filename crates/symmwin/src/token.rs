@@ -8,11 +8,11 @@ pub struct Token([u8; 16]);
 
 impl Token {
     /// A fresh token from the OS random source.
-    pub fn random() -> crate::error::Result<Self> {
+    pub fn random() -> symmwin_device::error::Result<Self> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|e| {
-            crate::error::Error::os(
-                crate::error::Phase::Publish,
+            symmwin_device::error::Error::os(
+                symmwin_device::error::Phase::Publish,
                 "getrandom",
                 std::io::Error::other(e.to_string()),
             )

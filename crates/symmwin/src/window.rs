@@ -8,22 +8,22 @@
 //! one page have no L1 coherence promise inside one CUDA kernel, so each of our kernels
 //! reaches the own memory through its slot only.
 
-use crate::lock::Recover;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use symmwin_device::lock::Recover;
 
 use crate::allocation::Allocation;
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
-use crate::layout::FlatLayout;
-use crate::poison::Poison;
-use crate::provider::{
-    PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
-};
 use crate::signal::pad_pool::PadLease;
 use crate::signal::remote::{Direction, RemotePeers, SignalScope};
 use crate::signal::{SignalOptions, Stream};
 use crate::window_cache::WindowSpan;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::layout::FlatLayout;
+use symmwin_device::poison::Poison;
+use symmwin_device::provider::{
+    PadLayout, PadSignal, ProviderInfo, ProviderKind, SignalAt, Signals, Span, Table,
+};
 use symmwin_host::poison_marks;
 
 /// A symmetric window. Cheap to clone; the mapping lives until the last clone drops.
@@ -323,13 +323,13 @@ impl Window {
         Ok(ptr)
     }
 
-    /// The provider the window's memory comes from (for [`crate::ops`]).
-    pub(crate) fn provider(&self) -> &dyn crate::provider::Provider {
+    /// The provider the window's memory comes from (the ops run on it).
+    pub(crate) fn provider(&self) -> &dyn symmwin_device::provider::Provider {
         &*self.inner.group.provider
     }
 
     /// `e` with this rank and, on a subgroup, the group's global ranks (for
-    /// [`crate::ops`], whose errors read as the window's own).
+    /// the ops, whose errors read as the window's own).
     pub(crate) fn context(&self, e: Error) -> Error {
         self.inner.group.context(e)
     }
@@ -347,7 +347,7 @@ impl Window {
     /// one, the device-wait limit for CUDA memory and the group's timeout for host
     /// memory).
     /// The group's watched peers, for waits to name one that has ended.
-    pub(crate) fn peers(&self) -> crate::peer_watch::PeerSet {
+    pub(crate) fn peers(&self) -> symmwin_device::peer_watch::PeerSet {
         self.inner.group.peer_set()
     }
 

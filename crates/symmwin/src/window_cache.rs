@@ -29,7 +29,7 @@
 //! 4 released windows and 4 GiB), oldest out first; what falls out is really freed,
 //! as before, and so is everything parked for a group that is dropped. [`flush`]
 //! frees it all at once. `SYMMWIN_DEBUG_FREE=1` turns reuse off, so that a pointer
-//! kept after free faults instead of reaching new memory ([`crate::debug_free`]).
+//! kept after free faults instead of reaching new memory ([`symmwin_device::debug_free`]).
 //! The offers never go through the store, which other users of the machine may be
 //! able to write (a TCP store is open to it): a message is accepted only from the
 //! process that published the sender rank's request, under our uid, carrying our
@@ -39,13 +39,13 @@
 //! [`Offer::freed`]: crate::exchange::Offer::freed
 //! [`Offer::reuse`]: crate::exchange::Offer::reuse
 
-use crate::lock::Recover;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use symmwin_device::lock::Recover;
 
-use crate::layout::FlatLayout;
-use crate::provider::{Memory, Provider, Span};
+use symmwin_device::layout::FlatLayout;
+use symmwin_device::provider::{Memory, Provider, Span};
 
 /// Parked windows a rank announces per group (older ones are really freed).
 pub(crate) const MAX_FREED: usize = crate::exchange::wire::MAX_OFFERED;
@@ -142,9 +142,9 @@ fn lock() -> MutexGuard<'static, Cache> {
 }
 
 /// Keep a window freed on this rank until every rank has freed it (unless reuse is
-/// off: [`crate::debug_free`]).
+/// off: [`symmwin_device::debug_free`]).
 pub(crate) fn park(entry: Parked) {
-    if crate::debug_free::enabled() {
+    if symmwin_device::debug_free::enabled() {
         return drop(entry);
     }
     with_cache(|cache| {
@@ -214,7 +214,7 @@ pub(crate) fn release(group: GroupKey, seqs: &[u64]) {
 /// Put back a released window an allocation took but never used in a rendezvous (its
 /// user may have written into it: it is zeroed again first).
 pub(crate) fn restore(entry: Parked) {
-    if crate::debug_free::enabled() {
+    if symmwin_device::debug_free::enabled() {
         return drop(entry);
     }
     zero_then_release(vec![entry]);
@@ -305,80 +305,4 @@ pub fn counts() -> (usize, usize) {
         let released = cache.released.len() + cache.zeroing.len();
         (cache.parked.len(), released)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use crate::adapter::testing::nonzero_bytes;
-    use crate::allocation::Allocation;
-    use crate::group::{Group, GroupSpec};
-    use crate::provider::Provider;
-    use crate::store::MemoryStore;
-    use symmwin_host::{page_size, HostProvider};
-
-    /// Both ranks (threads, each with its own provider) run `step` at once.
-    fn both<T: Send>(
-        groups: &[(Group, Arc<dyn Provider>)],
-        step: impl Fn(usize) -> T + Sync,
-    ) -> Vec<T> {
-        std::thread::scope(|s| {
-            let ranks: Vec<_> = (0..groups.len())
-                .map(|r| {
-                    s.spawn({
-                        let step = &step;
-                        move || step(r)
-                    })
-                })
-                .collect();
-            ranks.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
-
-    /// A released window comes back zeroed, and one taken but put back unused after
-    /// its user wrote into it comes back zeroed again.
-    #[test]
-    fn released_memory_is_handed_out_zeroed_even_after_an_unused_take() {
-        let store = Arc::new(MemoryStore::new());
-        let config = crate::config::Config::from_env().unwrap();
-        let groups: Vec<(Group, Arc<dyn Provider>)> = (0..2)
-            .map(|rank| {
-                let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
-                let spec = GroupSpec::new("zeroed-on-release", rank, 2);
-                let group = Group::new(spec, store.clone(), provider.clone(), &config).unwrap();
-                (group, provider)
-            })
-            .collect();
-        let size = 3 * page_size();
-        let rendezvous = |rank: usize, bytes: usize| {
-            let (group, provider) = &groups[rank];
-            let alloc = Allocation::new(provider.clone(), bytes).unwrap();
-            let window = group.rendezvous(&alloc).unwrap();
-            (alloc, window)
-        };
-        // Write into every slot, free everywhere, and let a rendezvous release it.
-        both(&groups, |r| {
-            let (alloc, window) = rendezvous(r, size);
-            window.write(1 - r, 0, &vec![0xAB; size]).unwrap();
-            window
-                .barrier(crate::signal::SignalOptions::default())
-                .unwrap();
-            drop((alloc, window));
-        });
-        both(&groups, |r| drop(rendezvous(r, page_size())));
-        let provider = &groups[0].1;
-        let taken = Allocation::new(provider.clone(), size).unwrap();
-        assert!(taken.is_reused(), "the released window is handed out");
-        // SAFETY: host provider memory.
-        assert_eq!(unsafe { nonzero_bytes(&taken) }, 0);
-        // SAFETY: the allocation's own mapping, alive while `taken` is.
-        unsafe { std::ptr::write_bytes(taken.ptr() as *mut u8, 0xCD, size) };
-        drop(taken);
-        let again = Allocation::new(provider.clone(), size).unwrap();
-        assert!(again.is_reused(), "the unused window was put back");
-        // SAFETY: host provider memory.
-        let dirty = unsafe { nonzero_bytes(&again) };
-        assert_eq!(dirty, 0, "and zeroed again first");
-    }
 }

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "process_start",
             "config",
             "logging",
+            "locality",
         ],
     ),
     ("store, exchange, signals", &["store", "exchange", "signal"]),

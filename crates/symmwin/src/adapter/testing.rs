@@ -6,8 +6,8 @@
 
 pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
 pub use crate::exchange::{Endpoint, PeerAddress, Round};
+pub use crate::locality::{DirIdentity, Locality};
 pub use crate::protocol::PROTOCOL_VERSION;
-pub use crate::rendezvous::locality::{DirIdentity, Locality};
 pub use crate::rendezvous::request::{validate, Request};
 pub use crate::store::{poll_all, Namespace};
 pub use crate::token::{random_u64, stable_id, Token};

@@ -7,7 +7,7 @@ use super::transport::check_peer_socket;
 use super::transport::Received;
 use super::wire::{decode_framed, Message, Payload};
 use super::{Endpoint, Round};
-use crate::provider::SharedHandle;
+use symmwin_device::provider::SharedHandle;
 
 impl Endpoint {
     /// Check a datagram's credentials, token and attachments; the reason when

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::Round;
-use crate::error::{Error, ErrorKind};
+use symmwin_device::error::{Error, ErrorKind};
 
 /// Of the peers a send failed for, the one most likely to be the cause. After a death
 /// the first survivors to notice fail and leave, so later ones find several peers
@@ -35,5 +35,5 @@ pub(super) fn most_likely_lost(round: &Round<'_>, mut lost: Vec<(usize, Error)>)
 
 /// A path from a peer's request, bounded for an error message.
 pub(super) fn shown(path: &Path) -> String {
-    crate::text::clip(&path.display().to_string())
+    symmwin_device::text::clip(&path.display().to_string())
 }

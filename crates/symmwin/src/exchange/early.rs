@@ -5,8 +5,8 @@ use super::auth::Authenticated;
 use super::transport::Received;
 use super::wire::{Offer, Payload};
 use super::{Endpoint, Round, Traded};
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::SharedHandle;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::SharedHandle;
 
 /// How far ahead of ours a peer's rendezvous can be: it completes a call only with our
 /// message for it, so it sends for at most the next one (a margin of one more).

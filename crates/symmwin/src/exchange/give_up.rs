@@ -11,7 +11,7 @@
 
 use super::wire::{Message, Offer, Payload, FABRIC_LEN};
 use super::{Endpoint, PeerAddress, Round};
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// How long a give-up notice is retried against a peer whose queue is full: the notice
 /// is a courtesy that saves the peer its timeout, so it never holds up our own error.

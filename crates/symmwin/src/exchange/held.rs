@@ -9,7 +9,7 @@
 use super::transport::Received;
 use super::wire::{decode_framed, Payload};
 use super::{Endpoint, GaveUp, Round, Traded};
-use crate::error::Result;
+use symmwin_device::error::Result;
 
 /// How many datagrams a gather may hold beyond two per peer: for one rendezvous a peer
 /// sends at most its first exchange message and a give-up notice before we have read its

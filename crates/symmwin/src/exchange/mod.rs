@@ -23,12 +23,12 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::SharedHandle;
 use crate::token::Token;
 use early::Early;
 pub use give_up::GaveUp;
 pub use sweep::{remove_own_sockets, remove_sockets_of};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::SharedHandle;
 use traded::Sent;
 pub use traded::{Awaited, Outgoing, Traded};
 pub use wire::Offer;
@@ -179,7 +179,8 @@ impl Endpoint {
         let deadline = Instant::now() + timeout;
         let fds_dropped_before = self.fds_dropped_baseline(round.seq);
         self.take_what_came_early(round, traded)?;
-        let mut waiting = crate::waiting::Waiting::new(Phase::Exchange, round.rank, timeout);
+        let mut waiting =
+            symmwin_device::waiting::Waiting::new(Phase::Exchange, round.rank, timeout);
         let needed = if ours.handle.is_some() {
             Sent::Handle
         } else {
@@ -210,7 +211,7 @@ impl Endpoint {
                 return Err(timed_out(waiting, fds_dropped, timeout));
             }
             waiting.tick(|| {
-                let peers = crate::text::ranks(&missing);
+                let peers = symmwin_device::text::ranks(&missing);
                 format!(
                     "for rank(s) {peers} in the socket trade of rendezvous {}",
                     round.seq
@@ -222,12 +223,12 @@ impl Endpoint {
                 .iter()
                 .chain(&full)
                 .map(|&r| (r, round.peers[r].pid));
-            let exited = crate::peer_watch::first_exited(Phase::Exchange, waited_for);
+            let exited = symmwin_device::peer_watch::first_exited(Phase::Exchange, waited_for);
             // While sends are pending, poll briefly so they are retried soon; otherwise
             // wake often enough to see a peer's death mark within a second.
             let wait = match (&exited, full.is_empty()) {
                 (Some(_), _) => Duration::ZERO,
-                (None, true) => crate::waiting::LOOK_EVERY.min(deadline - now),
+                (None, true) => symmwin_device::waiting::LOOK_EVERY.min(deadline - now),
                 (None, false) => Duration::from_millis(1).min(deadline - now),
             };
             if self.wait_readable(wait)? {
@@ -307,7 +308,7 @@ fn exited_or_lost(round: &Round<'_>, lost: Vec<(usize, Error)>) -> Error {
     let until = Instant::now() + EXIT_MARK_GRACE;
     loop {
         let peers = lost.iter().map(|(r, _)| (*r, round.peers[*r].pid));
-        if let Some(exited) = crate::peer_watch::first_exited(Phase::Exchange, peers) {
+        if let Some(exited) = symmwin_device::peer_watch::first_exited(Phase::Exchange, peers) {
             return exited;
         }
         if Instant::now() >= until {
@@ -326,7 +327,7 @@ fn timed_out(mut waiting: Vec<usize>, fds_dropped: u64, timeout: Duration) -> Er
     waiting.sort_unstable();
     waiting.dedup();
     if fds_dropped > 0 {
-        return crate::limits::fd_limit_error(fds_dropped, &waiting);
+        return symmwin_device::limits::fd_limit_error(fds_dropped, &waiting);
     }
     Error::new(
         Phase::Exchange,

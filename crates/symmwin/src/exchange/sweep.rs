@@ -1,10 +1,10 @@
 //! Socket files: removing those of dead processes when a socket is bound, and this
 //! process's own at exit.
 
-use crate::lock::Recover;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use symmwin_device::lock::Recover;
 
 /// Socket paths this process has bound and not yet removed.
 pub(super) fn own_sockets() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {

@@ -2,8 +2,8 @@
 //! come from each, and what a trade waits for.
 
 use super::wire::Offer;
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::SharedHandle;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::SharedHandle;
 
 /// What goes to every peer: our word on freed windows, our handle when we have one,
 /// and our request when the store does not carry it (it goes in the first message).

@@ -18,8 +18,8 @@ use rustix::net::{
 use super::diagnosis::shown;
 use super::wire::{Message, Payload, FABRIC_LEN, MAX_REQUEST};
 use super::{Endpoint, Outgoing, PeerAddress, Round};
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::SharedHandle;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::SharedHandle;
 
 /// A datagram as it arrived: its bytes, the fds attached and the sender's
 /// credentials (`SO_PASSCRED`), not yet authenticated.

@@ -22,18 +22,20 @@ pub(crate) mod collective;
 mod rank;
 mod spanning;
 
-pub use crate::engine::ENGINE_ENV;
-pub use crate::provider::device_ops::plan::Shape;
-pub(crate) use crate::provider::device_ops::DeviceOps;
-pub use crate::provider::device_ops::{DType, ElemType, Elements, Engine, ReduceOp, Rows, Tile};
 pub use collective::{
     all_to_all, all_to_all_v, broadcast, put_or_get, put_signal, put_with_signal, tile_reduce,
     wait_for_signal, wait_for_signal_at, wait_signal, OpOptions, Operand,
 };
 pub use rank::Rank;
+pub use symmwin_device::engine::ENGINE_ENV;
+pub use symmwin_device::provider::device_ops::plan::Shape;
+pub(crate) use symmwin_device::provider::device_ops::DeviceOps;
+pub use symmwin_device::provider::device_ops::{
+    DType, ElemType, Elements, Engine, ReduceOp, Rows, Tile,
+};
 
-use crate::error::{Error, Result};
-use crate::provider::PadLayout;
+use symmwin_device::error::{Error, Result};
+use symmwin_device::provider::PadLayout;
 
 /// The pad channel collective ops synchronize on: the last one a pad holds at this
 /// world size, far from the low channels users and torch's kernels signal on.

@@ -5,7 +5,7 @@
 //! travels whole, negative values included, and only [`Rank::in_group`] turns it into
 //! an index.
 
-use crate::error::{Error, Result};
+use symmwin_device::error::{Error, Result};
 
 /// A rank (a peer or a root) not yet checked against a group's world size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
 use crate::process_start::{liveness, Liveness};
 use crate::rendezvous::request::Request;
 use crate::store;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// How long a failed rendezvous may spend asking the store for the failure's cause: a
 /// store that does not answer by then leaves the original error as it was.
@@ -124,7 +124,8 @@ fn died(error: Error, peer: usize, pid: u32) -> Error {
     if matches!(error.kind(), ErrorKind::PeerExited { rank, .. } if *rank == peer) {
         return error;
     }
-    let how = crate::peer_watch::exit_of(pid).map_or_else(|| "exited".to_owned(), |e| e.how);
+    let how =
+        symmwin_device::peer_watch::exit_of(pid).map_or_else(|| "exited".to_owned(), |e| e.how);
     let kind = ErrorKind::PeerExited {
         rank: peer,
         pid,
@@ -149,7 +150,7 @@ impl Found {
     /// by this process's peer watcher. A writer seen running, or one that wrote during
     /// the call, is a rank that died in it.
     fn gone_before(&self, call_started_ms: u64) -> bool {
-        self.written_at_ms < call_started_ms && !crate::peer_watch::seen_alive(self.pid)
+        self.written_at_ms < call_started_ms && !symmwin_device::peer_watch::seen_alive(self.pid)
     }
 }
 
@@ -171,10 +172,10 @@ fn other_request(shared: &GroupShared, key: &str, rank: usize, bytes: &[u8]) -> 
 }
 
 fn blame(shared: &GroupShared, found: &Found, rank: usize, phase: Phase) -> Error {
-    let store = shared
-        .store
-        .describe()
-        .map_or_else(|| "the job's store".to_owned(), |d| crate::text::clip(&d));
+    let store = shared.store.describe().map_or_else(
+        || "the job's store".to_owned(),
+        |d| symmwin_device::text::clip(&d),
+    );
     let kind = if !found.alive {
         ErrorKind::Store(format!(
             "stale request from pid {} in {store}: use a fresh store (rank {rank}'s key \

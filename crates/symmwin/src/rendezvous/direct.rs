@@ -17,9 +17,9 @@ use super::publish::{self, Ask, PadAsk};
 use super::request::{self, Request};
 use super::reuse::Own;
 use super::run::{Exchanged, Gathered, Rendezvous};
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::wire::MAX_REQUEST;
 use crate::exchange::{Awaited, Outgoing, PeerAddress, Traded};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 impl Rendezvous<'_> {
     /// Rendezvous `seq` of memory `own` (`size` bytes asked for) with `peers`, the
@@ -153,9 +153,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::allocation::Allocation;
-    use crate::error::{ErrorKind, Phase};
     use crate::group::{Group, GroupSpec};
     use crate::store::MemoryStore;
+    use symmwin_device::error::{ErrorKind, Phase};
     use symmwin_host::HostProvider;
 
     /// Both ranks of a world-2 group on one memory store, with a short timeout.
@@ -175,7 +175,7 @@ mod tests {
     fn both(
         groups: &[Group; 2],
         sizes: [usize; 2],
-    ) -> Vec<crate::error::Result<crate::window::Window>> {
+    ) -> Vec<symmwin_device::error::Result<crate::window::Window>> {
         std::thread::scope(|s| {
             let ranks: Vec<_> = (0..2)
                 .map(|r| {

@@ -7,9 +7,9 @@
 //! this rank (its deadline, its arguments, a step that failed here), and a peer may
 //! have completed the same call, or may complete it from our queued message.
 
-use crate::error::{Error, ErrorKind, Phase};
 use crate::exchange::GaveUp;
 use crate::group::{GroupShared, GroupState, OutOfStep};
+use symmwin_device::error::{Error, ErrorKind, Phase};
 
 /// Whether every rank that took part reached the verdict `error` from the same set of
 /// requests, so that the group is still in step after it.
@@ -34,7 +34,10 @@ pub(super) fn give_up(shared: &GroupShared, state: &mut GroupState, error: &Erro
         kind => OutOfStep {
             since: seq,
             rank: shared.rank,
-            why: format!("it failed there: {}", crate::text::clip(&kind.to_string())),
+            why: format!(
+                "it failed there: {}",
+                symmwin_device::text::clip(&kind.to_string())
+            ),
         },
     };
     let peers = state.direct.clone().or_else(|| state.addresses.clone());

@@ -8,13 +8,13 @@
 //! were after its first rendezvous of that width (the soak test counts them). A
 //! single import runs on the caller: a thread hop would only add to it.
 
-use crate::lock::Recover;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use symmwin_device::lock::Recover;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{Memory, Provider, SharedHandle};
 use crate::store::deadline::{self, Started};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{Memory, Provider, SharedHandle};
 
 type Imported = Result<Box<dyn Memory>>;
 
@@ -87,7 +87,7 @@ fn finish(import: Import, limit: Duration) -> Imported {
                 Phase::Import,
                 ErrorKind::Internal(format!(
                     "an import did not finish within {}",
-                    crate::text::Seconds(limit)
+                    symmwin_device::text::Seconds(limit)
                 )),
             ))
         }),

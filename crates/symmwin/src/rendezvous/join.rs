@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::locality::Locality;
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::group::GroupShared;
-use crate::peer_watch::{self, Watched};
+use crate::locality::Locality;
 use crate::process_start::{self, Liveness};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::store;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::peer_watch::{self, Watched};
 
 /// How long one look at the missing ranks' records may take: a store slower than that
 /// leaves them unlooked at until the next look (the gather's own wait reports a store
@@ -222,7 +222,7 @@ impl<'a> Joins<'a> {
     pub(super) fn describe(&self, missing: &[usize]) -> String {
         let mut line = format!(
             "for rank(s) {} to publish their request for rendezvous {}",
-            crate::text::ranks(missing),
+            symmwin_device::text::ranks(missing),
             self.seq
         );
         if !self.first {
@@ -253,7 +253,7 @@ impl<'a> Joins<'a> {
         let said: Vec<String> = parts
             .iter()
             .filter(|(_, ranks)| !ranks.is_empty())
-            .map(|(what, ranks)| format!("{what}: {}", crate::text::ranks(ranks)))
+            .map(|(what, ranks)| format!("{what}: {}", symmwin_device::text::ranks(ranks)))
             .collect();
         line.push_str(&format!(" ({})", said.join("; ")));
         line
@@ -280,7 +280,8 @@ fn exited(rank: usize, pid: u32) -> Error {
     let kind = ErrorKind::PeerExited {
         rank,
         pid,
-        how: crate::peer_watch::exit_of(pid).map_or_else(|| "exited".to_owned(), |exit| exit.how),
+        how: symmwin_device::peer_watch::exit_of(pid)
+            .map_or_else(|| "exited".to_owned(), |exit| exit.how),
     };
     Error::new(Phase::Gather, kind).with_peer(rank)
 }

@@ -4,17 +4,17 @@
 
 use super::clock::Step;
 use super::import;
-use super::locality::Reach;
 use super::request::Request;
 use super::reuse::{self, Own};
 use super::run::{Exchanged, Gathered, Rendezvous};
 use super::spanning;
-use crate::error::Result;
 use crate::exchange::{Awaited, Offer, Outgoing, Round, Traded};
-use crate::layout::FlatLayout;
-use crate::lock::Recover;
-use crate::provider::{HandleType, Memory, SharedHandle, Span};
+use crate::locality::Reach;
 use crate::window_cache;
+use symmwin_device::error::Result;
+use symmwin_device::layout::FlatLayout;
+use symmwin_device::lock::Recover;
+use symmwin_device::provider::{HandleType, Memory, SharedHandle, Span};
 
 /// The span reserved for a fresh window, and whether our slot is mapped already.
 pub(super) struct Reserved {
@@ -88,7 +88,7 @@ impl Rendezvous<'_> {
             {
                 pids[r] = gathered.peers[r].pid;
             }
-            let registered = crate::peer_watch::register(pids);
+            let registered = symmwin_device::peer_watch::register(pids);
             *self.shared.peers.write().recover() = registered.set();
             self.state.watched = Some(registered);
         }

@@ -15,7 +15,6 @@ mod direct;
 mod give_up;
 mod import;
 mod join;
-pub mod locality;
 mod map;
 mod pads;
 mod publish;
@@ -28,7 +27,6 @@ mod spanning;
 use std::time::Instant;
 
 use crate::allocation::Allocation;
-use crate::error::{Error, Result};
 use crate::group::{Group, GroupState};
 use crate::window::Window;
 use clock::Step;
@@ -36,6 +34,7 @@ use give_up::settled_alike;
 use publish::PadAsk;
 use reuse::Own;
 use run::Rendezvous;
+use symmwin_device::error::{Error, Result};
 
 /// Wall time spent in each phase of one rendezvous, for `symmwin bench rendezvous`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]

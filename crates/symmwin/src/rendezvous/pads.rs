@@ -6,8 +6,8 @@ use super::publish::PadAsk;
 use super::request::Request;
 use super::reuse::Own;
 use super::run::Rendezvous;
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::signal::pad_pool::{self, PadLease, PoolWindow};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 impl Rendezvous<'_> {
     /// Pick the lowest pad slot free on every rank, growing the pool when none is.
@@ -74,9 +74,9 @@ impl Rendezvous<'_> {
 
 /// Bytes of poison mark per pad: host pads have one, CUDA pads none (torch's kernels
 /// use every pad word; see `symmwin_host::poison_marks`).
-fn mark_bytes(kind: crate::provider::ProviderKind) -> usize {
+fn mark_bytes(kind: symmwin_device::provider::ProviderKind) -> usize {
     match kind {
-        crate::provider::ProviderKind::Host => symmwin_host::poison_marks::MARK_BYTES,
-        crate::provider::ProviderKind::Cuda => 0,
+        symmwin_device::provider::ProviderKind::Host => symmwin_host::poison_marks::MARK_BYTES,
+        symmwin_device::provider::ProviderKind::Cuda => 0,
     }
 }

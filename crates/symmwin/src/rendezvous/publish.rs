@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use super::request::{self, Request};
 use super::spanning;
-use crate::error::{Error, ErrorKind, Phase, Result};
 use crate::exchange::PeerAddress;
 use crate::group::{GroupShared, GroupState};
 use crate::protocol::PROTOCOL_VERSION;
-use crate::provider::{Memory, SharedHandle};
 use crate::store;
 use crate::token::Token;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{Memory, SharedHandle};
 
 /// What our request for one rendezvous describes.
 pub(super) struct Ask<'a> {

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{HandleType, ProviderKind};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{HandleType, ProviderKind};
 
-use super::locality::Locality;
+use crate::locality::Locality;
 
 /// One rank's request, stored as JSON under [`crate::store::Namespace::request`] (or,
 /// once a group's ranks know each other's sockets, carried in its first datagram to
@@ -165,15 +165,17 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         for r in requests {
             // Values come from peers (a host name may be anything): echo a bounded part.
             groups
-                .entry(crate::text::debug_clipped(&get(r)))
+                .entry(symmwin_device::text::debug_clipped(&get(r)))
                 .or_default()
                 .push(r.rank);
         }
-        let listed = groups.len().min(crate::text::MAX_RANKS_LISTED);
+        let listed = groups.len().min(symmwin_device::text::MAX_RANKS_LISTED);
         let mut detail = groups
             .iter()
             .take(listed)
-            .map(|(value, ranks)| format!("{value} on rank(s) {}", crate::text::ranks(ranks)))
+            .map(|(value, ranks)| {
+                format!("{value} on rank(s) {}", symmwin_device::text::ranks(ranks))
+            })
             .collect::<Vec<_>>()
             .join("; ");
         if groups.len() > listed {
@@ -250,7 +252,7 @@ fn check_reachable(requests: &[Request]) -> Result<()> {
     let handle_type = requests[0].handle_type;
     let mut cut_off: Vec<(usize, Vec<usize>)> = Vec::new();
     for &rank in &lacking {
-        let reach = super::locality::reach_of(&localities, rank, handle_type);
+        let reach = crate::locality::reach_of(&localities, rank, handle_type);
         let far: Vec<usize> = (0..reach.len())
             .filter(|&r| !reach[r].is_mapped())
             .collect();
@@ -266,7 +268,12 @@ fn check_reachable(requests: &[Request]) -> Result<()> {
     let mut pairs: Vec<String> = cut_off
         .iter()
         .take(LISTED)
-        .map(|(rank, far)| format!("rank {rank} cannot map {}", crate::text::ranks(far)))
+        .map(|(rank, far)| {
+            format!(
+                "rank {rank} cannot map {}",
+                symmwin_device::text::ranks(far)
+            )
+        })
         .collect();
     if cut_off.len() > LISTED {
         pairs.push(format!("... {} more", cut_off.len() - LISTED));
@@ -280,8 +287,8 @@ fn check_reachable(requests: &[Request]) -> Result<()> {
              hosts; give every rank one before its first rendezvous (torch's adapter does; \
              with the Rust API call Group::set_remote_peers, with the C ABI \
              symmwin_group_set_remote), or run the ranks where they can map each other",
-            crate::text::debug_clipped(&requests[0].group),
-            crate::text::ranks(&without),
+            symmwin_device::text::debug_clipped(&requests[0].group),
+            symmwin_device::text::ranks(&without),
             pairs.join("; "),
         )),
     ))
@@ -319,7 +326,7 @@ mod tests {
                 host_id: String::new(),
                 boot_id: "b".into(),
                 uid: 0,
-                socket_dir: super::super::locality::DirIdentity { dev: 1, ino: 2 },
+                socket_dir: crate::locality::DirIdentity { dev: 1, ino: 2 },
                 pid_namespace: 1,
                 fabric_domain: None,
             },

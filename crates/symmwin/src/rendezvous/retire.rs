@@ -2,9 +2,9 @@
 
 use std::time::Instant;
 
-use crate::error::Phase;
 use crate::group::GroupShared;
 use crate::store;
+use symmwin_device::error::Phase;
 
 /// Which of our request keys no peer needs any more after a rendezvous.
 #[derive(Debug, Clone, Copy)]

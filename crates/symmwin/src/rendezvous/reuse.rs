@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use crate::allocation::Allocation;
-use crate::error::Result;
 use crate::exchange::Offer;
 use crate::group::GroupShared;
-use crate::provider::{Memory, SharedHandle};
 use crate::window_cache::{self, WindowSpan};
+use symmwin_device::error::Result;
+use symmwin_device::provider::{Memory, SharedHandle};
 
 /// What a rendezvous makes a window for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

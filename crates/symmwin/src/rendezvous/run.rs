@@ -12,12 +12,12 @@ use super::publish::{self, Ask, PadAsk};
 use super::request::Request;
 use super::retire::{self, KeysDone};
 use super::reuse::Own;
-use crate::error::Result;
 use crate::exchange::{Endpoint, Offer, PeerAddress};
 use crate::group::{GroupShared, GroupState};
-use crate::layout::FlatLayout;
-use crate::provider::{SharedHandle, Span};
 use crate::store;
+use symmwin_device::error::Result;
+use symmwin_device::layout::FlatLayout;
+use symmwin_device::provider::{SharedHandle, Span};
 
 /// A rendezvous in progress: what every step reads and the clock each one marks.
 pub(super) struct Rendezvous<'a> {
@@ -138,9 +138,9 @@ impl<'a> Rendezvous<'a> {
     fn peer_gave_up(
         &mut self,
         seq: u64,
-        error: &crate::error::Error,
-    ) -> Option<crate::error::Error> {
-        if !error.is_timeout() || error.phase() != crate::error::Phase::Gather {
+        error: &symmwin_device::error::Error,
+    ) -> Option<symmwin_device::error::Error> {
+        if !error.is_timeout() || error.phase() != symmwin_device::error::Phase::Gather {
             return None;
         }
         let notice = self.state.endpoint.queued_give_up(self.shared.id, seq)?;

@@ -1,10 +1,10 @@
 //! The parts of a rendezvous that differ for a group spanning hosts: who reaches whom
-//! (see [`super::locality`]) and fabric handles carried in the store.
+//! (see [`crate::locality`]) and fabric handles carried in the store.
 
-use super::locality::{self, Locality, Reach};
 use super::request::Request;
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{HandleType, SharedHandle};
+use crate::locality::{self, Locality, Reach};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{HandleType, SharedHandle};
 
 /// How every rank's memory reaches us: the published partition, confirmed by probing
 /// the socket of every peer it says we share a kernel and socket directory with.

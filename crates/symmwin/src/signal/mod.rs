@@ -1,5 +1,5 @@
 //! Signal pads and the pool they come from. The barrier and signal operations
-//! themselves belong to each provider ([`crate::provider::Signals`]).
+//! themselves belong to each provider ([`symmwin_device::provider::Signals`]).
 
 mod options;
 pub(crate) mod pad_pool;

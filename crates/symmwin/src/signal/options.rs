@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::provider::StreamHandle;
+use symmwin_device::provider::StreamHandle;
 
 /// A CUDA stream to order a signal operation on. Host memory ignores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

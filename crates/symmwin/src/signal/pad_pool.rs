@@ -25,13 +25,13 @@
 //! holds one slot while any rank keeps it, and none after. CUDA pads are never
 //! scrubbed: a kernel queued before the free may still wait on them.
 
-use crate::lock::Recover;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use symmwin_device::lock::Recover;
 
-use crate::error::Result;
-use crate::layout::{pad_place, FlatLayout, PadLayout};
-use crate::provider::Span;
+use symmwin_device::error::Result;
+use symmwin_device::layout::{pad_place, FlatLayout, PadLayout};
+use symmwin_device::provider::Span;
 use symmwin_host::poison_marks;
 
 /// One pool window: `slots` pads of `pad_size` bytes in every rank's slot.
@@ -74,9 +74,11 @@ pub(crate) fn pool_bytes(pad_size: usize, granularity: usize, mark_bytes: usize)
         .checked_add(mark_bytes)
         .and_then(|each| each.checked_mul(MIN_SLOTS))
         .ok_or_else(|| {
-            crate::error::Error::invalid(format!("signal pad size {pad_size} is too large"))
+            symmwin_device::error::Error::invalid(format!(
+                "signal pad size {pad_size} is too large"
+            ))
         })?;
-    crate::layout::round_up(want.max(granularity), granularity)
+    symmwin_device::layout::round_up(want.max(granularity), granularity)
 }
 
 /// Lowest slot free on every rank.
@@ -359,7 +361,7 @@ mod tests {
     /// the free itself never touches the pad.
     #[test]
     fn freed_slot_is_offered_only_once_its_pad_reads_zero() {
-        use crate::provider::Provider;
+        use symmwin_device::provider::Provider;
         let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (4096, 2, 1);
         let stride = pad * MIN_SLOTS;
@@ -419,7 +421,7 @@ mod tests {
     /// scrubbed (pad and mark zero).
     #[test]
     fn a_poisoned_host_slot_is_scrubbed_then_free() {
-        use crate::provider::Provider;
+        use symmwin_device::provider::Provider;
         let provider = symmwin_host::HostProvider::new();
         let (pad, world, rank) = (64, 2, 0);
         let bytes = pool_bytes(pad, symmwin_host::page_size(), 16).unwrap();
@@ -430,11 +432,11 @@ mod tests {
         let pools = pools_over(pad, span, layout, 16);
         let lease = pools.take(pad, 5).unwrap();
         let pads = lease.layout(rank).unwrap();
-        let poison = crate::poison::Poison {
+        let poison = symmwin_device::poison::Poison {
             call: "barrier",
             channel: 0,
             rank: 1,
-            cause: crate::poison::PoisonCause::Interrupted,
+            cause: symmwin_device::poison::PoisonCause::Interrupted,
             waited_for: vec![0],
         };
         poison_marks::poison(&pads, |_| true, poison);

@@ -21,14 +21,14 @@
 //! The waits of one call run side by side, so one that times out cannot make the
 //! others fail early (gloo closes every connection after a timeout).
 
-use crate::lock::Recover;
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use symmwin_device::lock::Recover;
 
 use super::remote::{Direction, Flag, RemoteFailure, RemotePeers, Transfer};
-use crate::provider::StreamHandle;
+use symmwin_device::provider::StreamHandle;
 
 /// Where the bytes of a posted batch are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::lock::Recover;
+use symmwin_device::lock::Recover;
 
 /// What a fake work does when waited for.
 #[derive(Debug, Clone, Copy)]
@@ -189,7 +189,7 @@ fn a_timeout_names_every_peer_it_waited_for() {
     assert_eq!(f.also_waited_for, vec![2]);
     let error = crate::signal::remote::failure(f, Duration::from_millis(30));
     assert!(
-        matches!(error.kind(), crate::error::ErrorKind::Timeout { missing, .. } if missing == &[1, 2]),
+        matches!(error.kind(), symmwin_device::error::ErrorKind::Timeout { missing, .. } if missing == &[1, 2]),
         "{error}"
     );
 }

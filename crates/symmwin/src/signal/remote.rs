@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{PadLayout, PadSignal, SignalAt, Signals, StreamHandle};
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

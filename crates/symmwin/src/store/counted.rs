@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Store;
-use crate::error::Result;
+use symmwin_device::error::Result;
 
 /// `inner`, counting every call into `ops`.
 pub(crate) struct Counted {

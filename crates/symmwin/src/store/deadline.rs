@@ -8,13 +8,13 @@
 //! so a rendezvous costs a thread hop per store phase, not a thread. The same workers
 //! run a rendezvous's imports side by side ([`start`]).
 
-use crate::lock::Recover;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use symmwin_device::lock::Recover;
 
 use super::Store;
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -48,7 +48,7 @@ pub(crate) fn call<T: Send + 'static>(
     call: impl FnOnce(&dyn Store) -> Result<T> + Send + 'static,
 ) -> Result<T> {
     call_ticking(store, (deadline, phase), what, call, || {
-        crate::interrupt::check(phase)
+        symmwin_device::interrupt::check(phase)
     })
 }
 
@@ -96,7 +96,7 @@ impl<T> Started<T> {
             let left = deadline.saturating_duration_since(Instant::now());
             match self
                 .result
-                .recv_timeout(left.min(crate::waiting::LOOK_EVERY))
+                .recv_timeout(left.min(symmwin_device::waiting::LOOK_EVERY))
             {
                 Ok(value) => {
                     self.back_to_pool();
@@ -148,7 +148,7 @@ pub(crate) fn start<T: Send + 'static>(
 fn unreachable(store: &dyn Store, phase: Phase, what: String, waited: Duration) -> Error {
     let host = store
         .describe()
-        .map(|d| format!(" ({})", crate::text::clip(&d)))
+        .map(|d| format!(" ({})", symmwin_device::text::clip(&d)))
         .unwrap_or_default();
     Error::new(
         phase,

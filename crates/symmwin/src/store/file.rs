@@ -7,7 +7,7 @@ use rustix::fs::FlockOperation;
 
 use super::memory::parse_counter;
 use super::Store;
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// A store in a directory shared by the ranks (one file per key).
 ///
@@ -101,7 +101,7 @@ impl FileStore {
     /// The error of a write to `path` that failed: a full filesystem is named with
     /// what is left on it, any other failure with the store's path.
     fn write_failed(&self, path: &Path, e: std::io::Error) -> Error {
-        let file = crate::text::clip(&path.to_string_lossy());
+        let file = symmwin_device::text::clip(&path.to_string_lossy());
         if is_out_of_space(&e) {
             let fs = Filesystem::of(&self.dir)
                 .map_or_else(|| "its filesystem".to_owned(), |f| f.to_string());
@@ -110,7 +110,7 @@ impl FileStore {
                 ErrorKind::Limit(format!(
                     "the filesystem of store {} is full: writing {file} failed ({e}); {fs}; \
                      free space there, or put the store on a larger filesystem",
-                    crate::text::clip(&self.dir.to_string_lossy())
+                    symmwin_device::text::clip(&self.dir.to_string_lossy())
                 )),
             );
         }
@@ -136,7 +136,7 @@ impl FileStore {
             None => Err(Error::new(
                 Phase::Gather,
                 ErrorKind::Corrupt {
-                    key: crate::text::clip(key),
+                    key: symmwin_device::text::clip(key),
                     detail: format!(
                         "{} does not start with the key it is named after",
                         self.path(key).display()
@@ -154,8 +154,8 @@ impl FileStore {
             Phase::Gather,
             ErrorKind::Store(format!(
                 "keys {} and {} share the digest file {}: use a shorter group name",
-                crate::text::clip(key),
-                crate::text::clip(&other),
+                symmwin_device::text::clip(key),
+                symmwin_device::text::clip(&other),
                 self.path(key).display()
             )),
         )
@@ -270,7 +270,7 @@ impl std::fmt::Display for Filesystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = match (self.fs_type.as_str(), self.mount_point.as_str()) {
             ("", "") => "its filesystem".to_owned(),
-            (kind, at) => format!("{kind} mounted at {}", crate::text::clip(at)),
+            (kind, at) => format!("{kind} mounted at {}", symmwin_device::text::clip(at)),
         };
         write!(
             f,
@@ -396,9 +396,9 @@ impl FileStore {
                 "the filesystem of store {} is full, and {} key(s) never appeared (such as \
                  {}): their ranks most likely failed to write them; {fs}; free space there, \
                  or put the store on a larger filesystem",
-                crate::text::clip(&self.dir.to_string_lossy()),
+                symmwin_device::text::clip(&self.dir.to_string_lossy()),
                 missing.len(),
-                crate::text::clip(missing.first().copied().unwrap_or_default())
+                symmwin_device::text::clip(missing.first().copied().unwrap_or_default())
             )),
         )
     }

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::Store;
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// An in-process store, for tests with several groups or threads in one process.
 #[derive(Debug, Default)]

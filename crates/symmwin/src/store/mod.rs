@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 mod counted;
 pub(crate) mod deadline;
@@ -111,7 +111,7 @@ pub(crate) fn gather_by(
 ) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
     let timeout = deadline.saturating_duration_since(start);
-    let mut waiting = crate::waiting::Waiting::new(Phase::Gather, own.0, timeout);
+    let mut waiting = symmwin_device::waiting::Waiting::new(Phase::Gather, own.0, timeout);
     let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
     values[own.0] = Some(own.1);
     let mut first = true;

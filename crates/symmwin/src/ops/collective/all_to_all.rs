@@ -97,7 +97,7 @@ fn var_args(
     ] {
         same_group(w, op.window, what)?;
     }
-    let name = crate::provider::device_ops::var_name(shape);
+    let name = symmwin_device::provider::device_ops::var_name(shape);
     same_dtype(name, ("input", &input), ("out", &out))?;
     if let Some(size) = input.dtype.size().filter(|&s| rows.row_bytes % s != 0) {
         return Err(Error::invalid(format!(

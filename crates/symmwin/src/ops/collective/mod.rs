@@ -7,14 +7,14 @@ mod tile;
 
 use std::time::Duration;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
 use std::sync::Arc;
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 use crate::group::Group;
-use crate::provider::{Provider, StreamHandle};
 use crate::registry::Registry;
 use crate::signal::{SignalOptions, Stream};
 use crate::window::Window;
+use symmwin_device::provider::{Provider, StreamHandle};
 
 pub use all_to_all::{all_to_all, all_to_all_v};
 pub use one_sided::{
@@ -25,9 +25,9 @@ pub use tile::tile_reduce;
 use super::rank::Rank;
 use super::spanning::SpanningOps;
 use super::{ops_channel, Engine};
-use crate::provider::device_ops::plan::{in_table_len, Shape};
-use crate::provider::device_ops::{DType, Elements, Fingerprint, OpRequest};
-use crate::provider::device_ops::{
+use symmwin_device::provider::device_ops::plan::{in_table_len, Shape};
+use symmwin_device::provider::device_ops::{DType, Elements, Fingerprint, OpRequest};
+use symmwin_device::provider::device_ops::{
     OpContext, ReduceOp, Rows, SignalWait, SymmBuf, Tile, TileReduce, Transfer, VarArgs,
 };
 

@@ -23,12 +23,12 @@ mod moves;
 mod reduce;
 mod var;
 
-use crate::error::Result;
-use crate::provider::{Provider, ProviderKind};
 use crate::signal::remote::{RemotePeers, SignalScope};
+use symmwin_device::error::Result;
+use symmwin_device::provider::{Provider, ProviderKind};
 
-use crate::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
 use moves::Moves;
+use symmwin_device::provider::device_ops::{DeviceOps, OpContext, OpRequest, SignalWait, SymmBuf};
 use symmwin_host::{mismatch_error, Published};
 
 /// [`DeviceOps`] for the windows of a group that spans hosts. The collectives move

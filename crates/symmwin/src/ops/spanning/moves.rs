@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{Provider, ProviderKind, Table};
 use crate::signal::remote::{data_tag, failure, Direction, Transfer};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{Provider, ProviderKind, Table};
 
 use super::SpanningOps;
-use crate::provider::device_ops::{OpContext, SymmBuf};
+use symmwin_device::provider::device_ops::{OpContext, SymmBuf};
 
 /// A copy between two mapped addresses of this process.
 #[derive(Debug, Clone, Copy)]

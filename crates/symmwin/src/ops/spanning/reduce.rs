@@ -2,12 +2,12 @@
 //! from mapped ranks, by message from the others) and reduces on the host in rank
 //! order, accumulating in `f64` as the host provider does on one host.
 
-use crate::error::Result;
+use symmwin_device::error::Result;
 
 use super::moves::{Moves, Scratch};
 use super::SpanningOps;
-use crate::provider::device_ops::elem;
-use crate::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
+use symmwin_device::provider::device_ops::elem;
+use symmwin_device::provider::device_ops::{OpContext, ReduceOp, SymmBuf, Tile, TileReduce};
 
 impl SpanningOps<'_> {
     /// Body of `tile_reduce` (inside the entry and exit barriers).

@@ -1,12 +1,12 @@
 //! The all-to-all-v family across hosts: every rank learns every split table (through
 //! the window from mapped ranks, by message from the others) and plans from them.
 
-use crate::error::Result;
+use symmwin_device::error::Result;
 
 use super::moves::{i64s, Moves, Scratch};
 use super::SpanningOps;
-use crate::provider::device_ops::plan::{in_table_len, Chunk, Plan, Planner, Shape};
-use crate::provider::device_ops::{OpContext, VarArgs};
+use symmwin_device::provider::device_ops::plan::{in_table_len, Chunk, Plan, Planner, Shape};
+use symmwin_device::provider::device_ops::{OpContext, VarArgs};
 use symmwin_host::check_own_sends;
 
 const I64: usize = std::mem::size_of::<i64>();

@@ -29,8 +29,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Phase, Result};
-use crate::provider::{FabricDomain, HandleType};
+use symmwin_device::error::{Error, ErrorKind, Phase, Result};
+use symmwin_device::provider::{FabricDomain, HandleType};
 
 /// Where the kernel's boot id lives: random per boot, the same in every namespace.
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
@@ -224,7 +224,7 @@ pub fn probe_socket(peer: usize, socket: &Path, published: DirIdentity) -> Resul
                 field: "locality",
                 detail: format!(
                     "rank {peer} publishes our kernel and socket directory, but its socket {} {why}",
-                    crate::text::clip(&socket.to_string_lossy())
+                    symmwin_device::text::clip(&socket.to_string_lossy())
                 ),
             },
         )
@@ -452,9 +452,13 @@ mod tests {
         assert!(
             err.contains("is not visible here"),
             "{}",
-            crate::text::clip(&err)
+            symmwin_device::text::clip(&err)
         );
-        assert!(err.contains("more bytes"), "{}", crate::text::clip(&err));
+        assert!(
+            err.contains("more bytes"),
+            "{}",
+            symmwin_device::text::clip(&err)
+        );
         assert!(err.len() < 2000, "{} bytes", err.len());
         std::fs::remove_dir_all(&dir).unwrap();
     }
