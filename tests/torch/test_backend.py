@@ -130,20 +130,21 @@ def test_teardown_leaves_nothing(device):
         assert r["final"] == 0
 
 
+# Runs of the exit checks; SYMMWIN_EXIT_RUNS=20 gives the full 20-run check (each run
+# starts `world` fresh interpreters, about 4 s a pair on a 2-core machine, so the
+# defaults keep the suite short: 6 on CPU, a few per world on a GPU).
+EXIT_RUNS = int(os.environ.get("SYMMWIN_EXIT_RUNS", "0"))
+
+
 def test_interpreter_exit_with_live_handles():
     # Teardown order at exit is torch's, not ours; it must be clean every time.
-    for _ in range(20):
+    for _ in range(EXIT_RUNS or 6):
         assert run_world(2, "exit_with_live_handles", timeout=60) == [True, True]
-
-
-# Runs per world on a GPU machine; SYMMWIN_EXIT_RUNS=20 gives the full 20-run check
-# (each run starts `world` fresh interpreters, so the default keeps device time short).
-GPU_EXIT_RUNS = int(os.environ.get("SYMMWIN_EXIT_RUNS", "0"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("world,runs", [(2, 3), (4, 2), (8, 1)])
 def test_interpreter_exit_with_live_handles_cuda(world, runs):
     # Worlds above the GPU count share GPUs: teardown with several ranks per GPU.
-    for _ in range(GPU_EXIT_RUNS or runs):
+    for _ in range(EXIT_RUNS or runs):
         assert run_world(world, "exit_with_live_handles", device="cuda", timeout=180) == [True] * world
