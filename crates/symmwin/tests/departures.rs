@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::hooked_store::{Hooked, StoreHooks};
-use common::peer_jobs::unix_ms;
+use common::peer_jobs::{failed_wait, unix_ms};
 use common::{field, result, Job};
 use symmwin::{Allocation, ErrorKind, SignalOptions, Store};
 
@@ -54,13 +54,7 @@ fn first_rendezvous(rank: usize, world: usize) -> String {
         ErrorKind::PeerExited { rank, .. } => format!("rank{rank}"),
         _ => "no".into(),
     };
-    format!(
-        "at={} waited={:.3} exited={exited} timeout={} msg={}",
-        unix_ms(),
-        started.elapsed().as_secs_f64(),
-        err.is_timeout(),
-        err.to_string().replace(' ', "_")
-    )
+    failed_wait(&err, started, &exited)
 }
 
 /// Wait (10 s at most) until every other rank has published its request, so that it
