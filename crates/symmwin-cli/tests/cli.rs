@@ -450,40 +450,30 @@ fn without_a_terminal_progress_is_a_line_every_few_seconds() {
     assert!(lines[0].ends_with("/100000000 (5 s)"), "{}", lines[0]);
 }
 
+/// `symmwin bench rendezvous --provider host` with `args` after it.
+fn host_bench(args: &[&str]) -> Output {
+    let mut all = vec!["bench", "rendezvous", "--provider", "host"];
+    all.extend_from_slice(args);
+    run(&all, &[])
+}
+
 #[test]
 fn a_bench_size_beyond_the_address_space_says_world_x_size_before_any_rank() {
-    let out = run(
-        &[
-            "bench",
-            "rendezvous",
-            "--provider",
-            "host",
-            "--sizes",
-            "100000G",
-        ],
-        &[],
-    );
+    let out = host_bench(&["--sizes", "100000G"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert_mentions(&err, &["world 2 x 97.7 TiB needs 195.3 TiB of address space in every rank (world x window size)", "(no rank was started)"]);
+    assert_mentions(
+        &err,
+        &[
+            "world 2 x 97.7 TiB needs 195.3 TiB of address space in every rank (world x window size)",
+            "(no rank was started)",
+        ],
+    );
 }
 
 #[test]
 fn bench_fresh_prints_a_dash_for_free_and_says_what_is_touched() {
-    let out = run(
-        &[
-            "bench",
-            "rendezvous",
-            "--provider",
-            "host",
-            "--sizes",
-            "4K",
-            "--iters",
-            "2",
-            "--fresh",
-        ],
-        &[],
-    );
+    let out = host_bench(&["--sizes", "4K", "--iters", "2", "--fresh"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!stdout.contains("NaN"), "{stdout}");
