@@ -427,6 +427,7 @@ fn table<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsStrin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::testing::assert_mentions;
 
     fn refused(pairs: &[(&str, &str)]) -> String {
         let err = Config::from_vars(&table(pairs)).unwrap_err();
@@ -519,13 +520,12 @@ mod tests {
         // /tmp: sticky and writable by all (1777); owned by root, or by us as root.
         for name in ["SYMMWIN_SOCKET_DIR", "SYMMWIN_STORE_DIR"] {
             let why = refused(&[(name, "/tmp")]);
-            assert!(why.contains("mode 1777"), "{why}");
-            assert!(why.contains(&format!("set {name} to a new path")), "{why}");
+            assert_mentions(&why, &["mode 1777", &format!("set {name} to a new path")]);
             assert!(!why.contains("chmod"), "{why}");
         }
         // /etc: 755, owned by root (by us too when the tests run as root).
         let why = refused(&[("SYMMWIN_SOCKET_DIR", "/etc")]);
-        assert!(why.contains("mode 755"), "{why}");
+        assert_mentions(&why, &["mode 755"]);
         assert!(!why.contains("chmod"), "{why}");
     }
 
@@ -553,23 +553,19 @@ mod tests {
         );
         assert!(why.starts_with(&head), "{why}");
         if foreign {
-            assert!(why.contains("is owned by uid 54321"), "{why}");
-            assert!(why.contains("no other directory is tried"), "{why}");
+            assert_mentions(
+                &why,
+                &["is owned by uid 54321", "no other directory is tried"],
+            );
         }
-        assert!(
-            why.contains("set SYMMWIN_SOCKET_DIR to a new path"),
-            "{why}"
-        );
+        assert_mentions(&why, &["set SYMMWIN_SOCKET_DIR to a new path"]);
         assert!(!why.contains("chmod"), "{why}");
     }
 
     #[test]
     fn all_bad_values_are_reported_together() {
         let why = refused(&[("SYMMWIN_TIMEOUT_MS", "-5"), ("SYMMWIN_OPS_ENGINE", "x")]);
-        assert!(
-            why.contains("SYMMWIN_TIMEOUT_MS") && why.contains("SYMMWIN_OPS_ENGINE"),
-            "{why}"
-        );
+        assert_mentions(&why, &["SYMMWIN_TIMEOUT_MS", "SYMMWIN_OPS_ENGINE"]);
     }
 
     #[test]

@@ -261,26 +261,17 @@ impl Window {
 
     /// Device-visible array of [`Window::ptrs`] (made on first use).
     pub fn ptrs_dev(&self) -> Result<usize> {
-        self.table(
-            |t| &mut t.buffers,
-            || self.ptrs().iter().map(|&p| p as u64).collect(),
-        )
+        self.table(|t| &mut t.buffers, || words(self.ptrs()))
     }
 
     /// Device-visible array of [`Window::slots`] (made on first use).
     pub fn slots_dev(&self) -> Result<usize> {
-        self.table(
-            |t| &mut t.slots,
-            || self.slots().iter().map(|&p| p as u64).collect(),
-        )
+        self.table(|t| &mut t.slots, || words(self.slots()))
     }
 
     /// Device-visible array of [`Window::pad_ptrs`] (made on first use).
     pub fn pad_ptrs_dev(&self) -> Result<usize> {
-        self.table(
-            |t| &mut t.pads,
-            || self.pad_ptrs().iter().map(|&p| p as u64).collect(),
-        )
+        self.table(|t| &mut t.pads, || words(self.pad_ptrs()))
     }
 
     /// Device-visible `int32` array of [`Window::global_ranks`].
@@ -570,4 +561,9 @@ impl Window {
         // SAFETY: both ranges were checked to lie in this window's mapped span.
         unsafe { self.inner.group.provider.copy(to, from, len) }
     }
+}
+
+/// A device table of `addresses`, one 64-bit word each.
+fn words(addresses: Vec<usize>) -> Vec<u64> {
+    addresses.into_iter().map(|a| a as u64).collect()
 }

@@ -11,7 +11,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
+use common::peer_jobs::{
+    failed_wait, rank_1_leaves, seconds_after as after, stop_then_kill, PeerJob,
+};
 use symmwin::{
     ops::{OpOptions, Operand, Rows, Shape},
     Allocation, ErrorKind, SignalOptions, Stream,
@@ -71,14 +73,7 @@ fn wait_on_device(rank: usize, world: usize) -> String {
         },
         _ => "no".into(),
     };
-    format!(
-        "at={} waited={:.3} exited={exited} lost={} peer={:?} msg={}",
-        unix_ms(),
-        started.elapsed().as_secs_f64(),
-        err.is_context_lost(),
-        err.peer(),
-        err.to_string().replace(' ', "_")
-    )
+    failed_wait(&err, started, &exited)
 }
 
 /// The jobs of these tests; rank 0's kernel gets time to start waiting before rank 1

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::hooked_store::{Hooked, StoreHooks};
-use common::peer_jobs::unix_ms;
+use common::peer_jobs::{failed_wait, unix_ms};
 use common::{field, result, Job};
 use symmwin::{Allocation, ErrorKind, SignalOptions, Store};
 
@@ -54,13 +54,7 @@ fn first_rendezvous(rank: usize, world: usize) -> String {
         ErrorKind::PeerExited { rank, .. } => format!("rank{rank}"),
         _ => "no".into(),
     };
-    format!(
-        "at={} waited={:.3} exited={exited} timeout={} msg={}",
-        unix_ms(),
-        started.elapsed().as_secs_f64(),
-        err.is_timeout(),
-        err.to_string().replace(' ', "_")
-    )
+    failed_wait(&err, started, &exited)
 }
 
 /// Wait (10 s at most) until every other rank has published its request, so that it
@@ -187,17 +181,21 @@ fn assert_named_in_time(case: &str, survivors: &[String], left: u128, phase: &st
 }
 
 #[test]
-fn a_rank_killed_after_joining_and_before_its_request_is_named_within_a_second() {
-    let (survivors, killed) = leave_job("before:hold", false, 5000);
-    assert_named_in_time("before:hold", &survivors, killed, "gather");
-}
-
-#[test]
-fn a_rank_that_exits_after_joining_and_before_its_request_is_named_within_a_second() {
-    // Rank 2 joins while the others wait, and exits at once: no look saw it running,
-    // but its record was written during their call.
-    let (survivors, exited) = leave_job("before:exit", true, 5000);
-    assert_named_in_time("before:exit", &survivors, exited, "gather");
+fn a_rank_that_leaves_inside_the_first_rendezvous_is_named_within_a_second_not_stale() {
+    for (case, exits, phase) in [
+        // Killed after joining, before its request.
+        ("before:hold", false, "gather"),
+        // Rank 2 joins while the others wait, and exits at once: no look saw it
+        // running, but its record was written during their call.
+        ("before:exit", true, "gather"),
+        // Killed after its request.
+        ("after:hold", false, "exchange"),
+        // Its request is written during the others' call: a death, not a stale store.
+        ("after:exit", true, "exchange"),
+    ] {
+        let (survivors, left) = leave_job(case, exits, 5000);
+        assert_named_in_time(case, &survivors, left, phase);
+    }
 }
 
 #[test]
@@ -209,19 +207,6 @@ fn a_rank_that_never_reached_symmwin_is_named_at_the_timeout() {
         assert_eq!(field(r, "timeout"), "true", "{r}");
         assert!(field(r, "msg").contains("waiting_for_rank(s)_[2]"), "{r}");
     }
-}
-
-#[test]
-fn a_rank_killed_inside_the_first_rendezvous_is_exited_on_every_survivor_not_stale() {
-    let (survivors, killed) = leave_job("after:hold", false, 5000);
-    assert_named_in_time("after:hold", &survivors, killed, "exchange");
-}
-
-#[test]
-fn a_rank_that_exits_right_after_its_request_is_exited_on_every_survivor_not_stale() {
-    // Its request is written during the others' call: a death, not a stale store.
-    let (survivors, exited) = leave_job("after:exit", true, 5000);
-    assert_named_in_time("after:exit", &survivors, exited, "exchange");
 }
 
 /// Every rank on the "host" `HOSTS` names for it (`SYMMWIN_HOST_ID`), none with a

@@ -8,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{rank_1_leaves, seconds_after as after, stop_then_kill, unix_ms, PeerJob};
+use common::peer_jobs::{
+    failed_wait, rank_1_leaves, seconds_after as after, stop_then_kill, PeerJob,
+};
 use symmwin::{
     ops::{OpOptions, Operand},
     Allocation, ErrorKind, SignalOptions,
@@ -44,13 +46,7 @@ fn wait_in_rendezvous(rank: usize, world: usize) -> String {
         ErrorKind::PeerExited { rank, how, .. } => format!("rank{rank}:{}", how.replace(' ', "_")),
         _ => "no".into(),
     };
-    format!(
-        "at={} waited={:.3} exited={exited} timeout={} msg={}",
-        unix_ms(),
-        started.elapsed().as_secs_f64(),
-        err.is_timeout(),
-        err.to_string().replace(' ', "_")
-    )
+    failed_wait(&err, started, &exited)
 }
 
 /// The jobs of these tests.

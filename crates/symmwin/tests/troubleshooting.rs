@@ -179,26 +179,40 @@ fn size_mismatch() {
     }
 }
 
-#[test]
-fn device_wait_timed_out() {
-    // The error every symmwin call raises after a device wait trapped, built from the
-    // record the kernel leaves (the GPU tests produce it for real: timeout_tests.rs).
+/// The error of rank 0's device barrier on channel 1 that ended waiting for rank 3
+/// (which `exited`, or did not come in time).
+fn barrier_on_rank_0_lost(
+    exited: Option<symmwin::PeerExit>,
+    waited: Duration,
+    limit: Duration,
+) -> symmwin::Error {
     let timeout = symmwin::DeviceTimeout {
-        exited: None,
+        exited,
         op: "barrier",
         channel: 1,
         rank: 0,
         missing: vec![3],
         unlisted: 0,
-        waited: Duration::from_micros(5_000_212),
-        limit: Duration::from_secs(5),
+        waited,
+        limit,
     };
-    let err = symmwin::Error::new(
+    symmwin::Error::new(
         symmwin::Phase::Signal,
         symmwin::ErrorKind::ContextLost(Box::new(timeout)),
     )
     .at_rank(0)
-    .with_peer(3);
+    .with_peer(3)
+}
+
+#[test]
+fn device_wait_timed_out() {
+    // The error every symmwin call raises after a device wait trapped, built from the
+    // record the kernel leaves (the GPU tests produce it for real: timeout_tests.rs).
+    let err = barrier_on_rank_0_lost(
+        None,
+        Duration::from_micros(5_000_212),
+        Duration::from_secs(5),
+    );
     assert!(err.is_context_lost());
     assert_quoted(&err.to_string());
 }
@@ -207,25 +221,15 @@ fn device_wait_timed_out() {
 fn device_wait_for_a_peer_that_exited() {
     // As above, for a wait that ended because the peer's process ended (its exit mark;
     // the GPU tests produce it for real: cuda_peer_death.rs).
-    let timeout = symmwin::DeviceTimeout {
-        exited: Some(symmwin::PeerExit {
-            pid: 4242,
-            how: "exited".into(),
-        }),
-        op: "barrier",
-        channel: 1,
-        rank: 0,
-        missing: vec![3],
-        unlisted: 0,
-        waited: Duration::from_millis(590),
-        limit: Duration::from_secs(60),
+    let exit = symmwin::PeerExit {
+        pid: 4242,
+        how: "exited".into(),
     };
-    let err = symmwin::Error::new(
-        symmwin::Phase::Signal,
-        symmwin::ErrorKind::ContextLost(Box::new(timeout)),
-    )
-    .at_rank(0)
-    .with_peer(3);
+    let err = barrier_on_rank_0_lost(
+        Some(exit),
+        Duration::from_millis(590),
+        Duration::from_secs(60),
+    );
     assert!(err.is_context_lost() && !err.is_timeout());
     assert_quoted(&err.to_string());
 }

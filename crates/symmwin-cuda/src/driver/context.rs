@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use cudarc::driver::sys;
 
 use super::init::require_loaded;
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// A current-context switch undone on drop, so callers that had another context current
 /// (a different device under torch) get it back.
@@ -61,12 +61,10 @@ impl Drop for CtxGuard<'_> {
 /// `device` must come from [`device_get`](super::device_get); every success must be
 /// paired with one [`primary_ctx_release`].
 pub unsafe fn primary_ctx_retain(device: sys::CUdevice) -> DriverResult<sys::CUcontext> {
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: writes one context handle to a local; the caller pairs it with a release.
-    check("cuDevicePrimaryCtxRetain", unsafe {
-        sys::cuDevicePrimaryCtxRetain(&mut ctx, device)
-    })?;
-    Ok(ctx)
+    written("cuDevicePrimaryCtxRetain", std::ptr::null_mut(), |ctx| {
+        // SAFETY: writes one context handle to a local; the caller pairs it with a release.
+        unsafe { sys::cuDevicePrimaryCtxRetain(ctx, device) }
+    })
 }
 
 /// `cuDevicePrimaryCtxRelease`.
@@ -84,10 +82,10 @@ pub unsafe fn primary_ctx_release(device: sys::CUdevice) -> DriverResult<()> {
 /// `cuCtxGetCurrent`: the context current on this thread, null for none.
 pub fn ctx_get_current() -> DriverResult<sys::CUcontext> {
     require_loaded("cuCtxGetCurrent")?;
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: the library is loaded (checked above); writes one handle to a local.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
-    Ok(ctx)
+    written("cuCtxGetCurrent", std::ptr::null_mut(), |ctx| {
+        // SAFETY: the library is loaded (checked above); writes one handle to a local.
+        unsafe { sys::cuCtxGetCurrent(ctx) }
+    })
 }
 
 /// `cuCtxSetCurrent`.

@@ -10,29 +10,25 @@ use std::ffi::{c_char, c_int, CStr};
 use cudarc::driver::sys;
 
 use super::init::require_loaded;
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// `cuDeviceGetCount`.
 pub fn device_count() -> DriverResult<i32> {
     require_loaded("cuDeviceGetCount")?;
-    let mut count: c_int = 0;
-    // SAFETY: the library is loaded (checked above); writes one int to a local.
-    check("cuDeviceGetCount", unsafe {
-        sys::cuDeviceGetCount(&mut count)
-    })?;
-    Ok(count)
+    written("cuDeviceGetCount", 0, |count| {
+        // SAFETY: the library is loaded (checked above); writes one int to a local.
+        unsafe { sys::cuDeviceGetCount(count) }
+    })
 }
 
 /// `cuDeviceGet`.
 pub fn device_get(ordinal: i32) -> DriverResult<sys::CUdevice> {
     require_loaded("cuDeviceGet")?;
-    let mut device: sys::CUdevice = 0;
-    // SAFETY: the library is loaded (checked above); writes one device id to a local;
-    // a bad ordinal is reported as a status.
-    check("cuDeviceGet", unsafe {
-        sys::cuDeviceGet(&mut device, ordinal)
-    })?;
-    Ok(device)
+    written("cuDeviceGet", 0, |device| {
+        // SAFETY: the library is loaded (checked above); writes one device id to a local;
+        // a bad ordinal is reported as a status.
+        unsafe { sys::cuDeviceGet(device, ordinal) }
+    })
 }
 
 /// `cuDeviceGetName`.
@@ -56,24 +52,20 @@ pub fn device_attribute(
     attribute: sys::CUdevice_attribute,
 ) -> DriverResult<i32> {
     require_loaded("cuDeviceGetAttribute")?;
-    let mut value: c_int = 0;
-    // SAFETY: the library is loaded (checked above); writes one int to a local; a bad
-    // device or attribute is reported as a status.
-    check("cuDeviceGetAttribute", unsafe {
-        sys::cuDeviceGetAttribute(&mut value, attribute, device)
-    })?;
-    Ok(value)
+    written("cuDeviceGetAttribute", 0, |value| {
+        // SAFETY: the library is loaded (checked above); writes one int to a local; a bad
+        // device or attribute is reported as a status.
+        unsafe { sys::cuDeviceGetAttribute(value, attribute, device) }
+    })
 }
 
 /// `cuDeviceTotalMem`.
 pub fn device_total_mem(device: sys::CUdevice) -> DriverResult<usize> {
     require_loaded("cuDeviceTotalMem")?;
-    let mut bytes: usize = 0;
-    // SAFETY: the library is loaded (checked above); writes one size to a local.
-    check("cuDeviceTotalMem", unsafe {
-        sys::cuDeviceTotalMem_v2(&mut bytes, device)
-    })?;
-    Ok(bytes)
+    written("cuDeviceTotalMem", 0, |bytes| {
+        // SAFETY: the library is loaded (checked above); writes one size to a local.
+        unsafe { sys::cuDeviceTotalMem_v2(bytes, device) }
+    })
 }
 
 /// `cuDeviceCanAccessPeer`.

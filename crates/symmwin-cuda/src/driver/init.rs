@@ -3,12 +3,12 @@
 //! <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html>,
 //! <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VERSION.html>
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use super::{check, DriverError, DriverResult};
+use super::{check, written, DriverError, DriverResult};
 use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
 /// Every driver entry point this module calls, by the symbol name cudarc resolves.
@@ -132,10 +132,8 @@ fn load_and_init() -> std::result::Result<(), InitFailure> {
 /// `cuDriverGetVersion`.
 pub fn driver_version() -> DriverResult<i32> {
     require_loaded("cuDriverGetVersion")?;
-    let mut version: c_int = 0;
-    // SAFETY: the library is loaded (checked above); writes one int to a local.
-    check("cuDriverGetVersion", unsafe {
-        sys::cuDriverGetVersion(&mut version)
-    })?;
-    Ok(version)
+    written("cuDriverGetVersion", 0, |version| {
+        // SAFETY: the library is loaded (checked above); writes one int to a local.
+        unsafe { sys::cuDriverGetVersion(version) }
+    })
 }

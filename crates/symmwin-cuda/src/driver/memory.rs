@@ -7,7 +7,7 @@ use std::ffi::{c_uint, c_void};
 
 use cudarc::driver::sys;
 
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// `cuMemsetD8Async`.
 ///
@@ -31,10 +31,10 @@ pub unsafe fn memset_d8_async(
 /// # Safety
 /// A context must be current; the memory must be freed with [`mem_free`].
 pub unsafe fn mem_alloc(size: usize) -> DriverResult<sys::CUdeviceptr> {
-    let mut ptr: sys::CUdeviceptr = 0;
-    // SAFETY: writes one address to a local.
-    check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, size) })?;
-    Ok(ptr)
+    written("cuMemAlloc", 0, |ptr| {
+        // SAFETY: writes one address to a local.
+        unsafe { sys::cuMemAlloc_v2(ptr, size) }
+    })
 }
 
 /// `cuMemFree`.
@@ -121,10 +121,8 @@ pub unsafe fn mem_free_host(ptr: *mut c_void) -> DriverResult<()> {
 /// # Safety
 /// `ptr` must come from [`mem_host_alloc`] with `CU_MEMHOSTALLOC_DEVICEMAP`.
 pub unsafe fn mem_host_device_pointer(ptr: *mut c_void) -> DriverResult<sys::CUdeviceptr> {
-    let mut dptr: sys::CUdeviceptr = 0;
-    // SAFETY: writes one address to a local.
-    check("cuMemHostGetDevicePointer", unsafe {
-        sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr, 0)
-    })?;
-    Ok(dptr)
+    written("cuMemHostGetDevicePointer", 0, |dptr| {
+        // SAFETY: writes one address to a local.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(dptr, ptr, 0) }
+    })
 }

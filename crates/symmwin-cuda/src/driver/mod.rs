@@ -149,6 +149,19 @@ fn check(call: &'static str, code: sys::CUresult) -> DriverResult<()> {
     }
 }
 
+/// Runs `call`, a driver call that writes one value through the place it is given
+/// (holding `initial` before), and returns that value when `name` succeeded.
+#[inline]
+fn written<T>(
+    name: &'static str,
+    initial: T,
+    call: impl FnOnce(&mut T) -> sys::CUresult,
+) -> DriverResult<T> {
+    let mut value = initial;
+    check(name, call(&mut value))?;
+    Ok(value)
+}
+
 /// What the user must do about a status whose driver text names no remedy.
 ///
 /// The kernels are committed as PTX ISA 9.0 (CUDA 13.0) and JIT-compiled by the driver

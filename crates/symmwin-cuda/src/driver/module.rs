@@ -6,7 +6,7 @@ use std::ffi::CStr;
 
 use cudarc::driver::sys;
 
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// `cuModuleLoadData` of NUL-terminated PTX text.
 ///
@@ -14,12 +14,10 @@ use super::{check, DriverResult};
 /// A context must be current; the module must be unloaded with [`module_unload`] before
 /// that context is released.
 pub unsafe fn module_load_data(image: &CStr) -> DriverResult<sys::CUmodule> {
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: PTX images are read up to their NUL terminator, which `CStr` guarantees.
-    check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut module, image.as_ptr().cast())
-    })?;
-    Ok(module)
+    written("cuModuleLoadData", std::ptr::null_mut(), |module| {
+        // SAFETY: PTX images are read up to their NUL terminator, which `CStr` guarantees.
+        unsafe { sys::cuModuleLoadData(module, image.as_ptr().cast()) }
+    })
 }
 
 /// `cuModuleUnload`.
@@ -39,10 +37,8 @@ pub unsafe fn module_get_function(
     module: sys::CUmodule,
     name: &CStr,
 ) -> DriverResult<sys::CUfunction> {
-    let mut function: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: `name` is NUL-terminated; one handle is written to a local.
-    check("cuModuleGetFunction", unsafe {
-        sys::cuModuleGetFunction(&mut function, module, name.as_ptr())
-    })?;
-    Ok(function)
+    written("cuModuleGetFunction", std::ptr::null_mut(), |function| {
+        // SAFETY: `name` is NUL-terminated; one handle is written to a local.
+        unsafe { sys::cuModuleGetFunction(function, module, name.as_ptr()) }
+    })
 }

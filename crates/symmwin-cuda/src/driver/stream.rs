@@ -6,7 +6,7 @@ use std::ffi::c_uint;
 
 use cudarc::driver::sys;
 
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// `cuStreamCreate`.
 ///
@@ -14,12 +14,10 @@ use super::{check, DriverResult};
 /// A context must be current; the stream must be destroyed with [`stream_destroy`]
 /// before that context is released.
 pub unsafe fn stream_create(flags: c_uint) -> DriverResult<sys::CUstream> {
-    let mut stream: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: writes one handle to a local.
-    check("cuStreamCreate", unsafe {
-        sys::cuStreamCreate(&mut stream, flags)
-    })?;
-    Ok(stream)
+    written("cuStreamCreate", std::ptr::null_mut(), |stream| {
+        // SAFETY: writes one handle to a local.
+        unsafe { sys::cuStreamCreate(stream, flags) }
+    })
 }
 
 /// `cuStreamDestroy`.

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use cudarc::driver::sys;
 
 use super::init::require_loaded;
-use super::{check, DriverResult};
+use super::{check, written, DriverResult};
 
 /// Allocation properties for pinned device memory (`CUmemAllocationProp`), built only
 /// by [`device_prop`]: its one pointer field, the Win32 metadata, is always null, so
@@ -53,14 +53,12 @@ pub fn allocation_granularity(
     option: sys::CUmemAllocationGranularity_flags,
 ) -> DriverResult<usize> {
     require_loaded("cuMemGetAllocationGranularity")?;
-    let mut granularity: usize = 0;
-    // SAFETY: the library is loaded (checked above); `prop` is a fully initialised
-    // struct whose only pointer is null (see `DeviceProp`); one size is written to a
-    // local, and a device that does not exist is reported as a status.
-    check("cuMemGetAllocationGranularity", unsafe {
-        sys::cuMemGetAllocationGranularity(&mut granularity, prop.as_raw(), option)
-    })?;
-    Ok(granularity)
+    written("cuMemGetAllocationGranularity", 0, |granularity| {
+        // SAFETY: the library is loaded (checked above); `prop` is a fully initialised
+        // struct whose only pointer is null (see `DeviceProp`); one size is written to a
+        // local, and a device that does not exist is reported as a status.
+        unsafe { sys::cuMemGetAllocationGranularity(granularity, prop.as_raw(), option) }
+    })
 }
 
 /// `cuMemCreate`.
@@ -72,12 +70,10 @@ pub unsafe fn mem_create(
     size: usize,
     prop: &DeviceProp,
 ) -> DriverResult<sys::CUmemGenericAllocationHandle> {
-    let mut handle: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: `prop` is valid (see `DeviceProp`); one handle is written to a local.
-    check("cuMemCreate", unsafe {
-        sys::cuMemCreate(&mut handle, size, prop.as_raw(), 0)
-    })?;
-    Ok(handle)
+    written("cuMemCreate", 0, |handle| {
+        // SAFETY: `prop` is valid (see `DeviceProp`); one handle is written to a local.
+        unsafe { sys::cuMemCreate(handle, size, prop.as_raw(), 0) }
+    })
 }
 
 /// `cuMemRelease`.
@@ -174,12 +170,10 @@ pub unsafe fn mem_import_fabric(
 /// # Safety
 /// A context must be current; the range must be freed with [`mem_address_free`].
 pub unsafe fn mem_address_reserve(size: usize, alignment: usize) -> DriverResult<sys::CUdeviceptr> {
-    let mut ptr: sys::CUdeviceptr = 0;
-    // SAFETY: writes one address to a local; no fixed address is requested.
-    check("cuMemAddressReserve", unsafe {
-        sys::cuMemAddressReserve(&mut ptr, size, alignment, 0, 0)
-    })?;
-    Ok(ptr)
+    written("cuMemAddressReserve", 0, |ptr| {
+        // SAFETY: writes one address to a local; no fixed address is requested.
+        unsafe { sys::cuMemAddressReserve(ptr, size, alignment, 0, 0) }
+    })
 }
 
 /// `cuMemAddressFree`.

@@ -221,16 +221,21 @@ mod tests {
         }
     }
 
+    /// The record a kernel writes when `op` fails with `kind` on `rank`.
+    fn written(kind: u32, op: OpId, rank: u32, rows: i64, room: i64) -> OpsError {
+        OpsError {
+            kind,
+            op: op as u32,
+            rank,
+            rows,
+            room,
+            ..OpsError::default()
+        }
+    }
+
     #[test]
     fn failures_name_the_peer_rows_and_room() {
-        let fields = OpsError {
-            kind: ERR_OVERFLOW,
-            op: OpId::AllToAllVdev2d as u32,
-            rank: 3,
-            rows: 17,
-            room: 5,
-            ..OpsError::default()
-        };
+        let fields = written(ERR_OVERFLOW, OpId::AllToAllVdev2d, 3, 17, 5);
         let e = describe(&fields, 1);
         assert_eq!((e.rank(), e.peer()), (Some(3), Some(1)));
         let text = e.to_string();
@@ -241,25 +246,12 @@ mod tests {
         assert!(text.contains("room for 5 rows"), "{text}");
         assert!(text.contains("process must exit"), "{text}");
         let bad = describe(
-            &OpsError {
-                kind: ERR_BAD_SPLIT,
-                op: OpId::AllToAllVdev as u32,
-                rank: UNKNOWN_RANK,
-                rows: -1,
-                ..OpsError::default()
-            },
+            &written(ERR_BAD_SPLIT, OpId::AllToAllVdev, UNKNOWN_RANK, -1, 0),
             2,
         );
         assert_eq!((bad.rank(), bad.peer()), (None, Some(2)));
         let mismatch = describe(
-            &OpsError {
-                kind: ERR_MISMATCH,
-                op: OpId::AllToAll as u32,
-                rank: 0,
-                rows: 0xdead_beef,
-                room: 0x1234_5678,
-                ..OpsError::default()
-            },
+            &written(ERR_MISMATCH, OpId::AllToAll, 0, 0xdead_beef, 0x1234_5678),
             1,
         );
         assert_eq!((mismatch.rank(), mismatch.peer()), (Some(0), Some(1)));

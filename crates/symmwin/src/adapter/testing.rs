@@ -1,7 +1,8 @@
 //! The internals the integration tests forge requests and exchange messages with
 //! (`tests/security.rs`, `hostile.rs`, `fuzz.rs`, `bad_input.rs`, `multiprocess.rs`,
-//! `forged_offers.rs`), and the check that memory is handed out zeroed, shared with the
-//! unit tests. Not part of the API: hidden from the documentation, with no stability
+//! `forged_offers.rs`), the check that memory is handed out zeroed, shared with the
+//! unit tests, and the check that a message says what it must, shared with the CLI's
+//! tests. Not part of the API: hidden from the documentation, with no stability
 //! promise.
 
 pub use crate::exchange::wire::{Message, Offer, Payload, FABRIC_LEN, FD_LEN, MAX_OFFERED};
@@ -13,6 +14,18 @@ pub use crate::store::{poll_all, Namespace};
 pub use crate::token::{random_u64, stable_id, Token};
 pub use symmwin_device::provider::device_ops::plan;
 pub use symmwin_host::page_size;
+
+/// Fails the calling test unless `text` contains every one of `parts`, naming the
+/// ones it lacks and showing `text`.
+#[track_caller]
+pub fn assert_mentions(text: &str, parts: &[&str]) {
+    let missing: Vec<&str> = parts
+        .iter()
+        .copied()
+        .filter(|part| !text.contains(part))
+        .collect();
+    assert!(missing.is_empty(), "{missing:?} not in:\n{text}");
+}
 
 /// The secret bytes of `token`, for tests that forge a message carrying it.
 pub fn token_bytes(token: &Token) -> [u8; 16] {

@@ -66,14 +66,7 @@ pub(super) fn publish(shared: &GroupShared, deadline: Instant) -> Result<String>
     // Serializing plain data into a Vec cannot fail.
     let bytes = serde_json::to_vec(&record).unwrap_or_default();
     let key = shared.namespace.join(shared.rank);
-    let owned = key.clone();
-    store::deadline::call(
-        &shared.store,
-        deadline,
-        Phase::Publish,
-        || format!("set({key})"),
-        move |s| s.set(&owned, &bytes),
-    )?;
+    super::publish::set(shared, &key, bytes, deadline)?;
     Ok(key)
 }
 

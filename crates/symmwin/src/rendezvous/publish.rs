@@ -67,15 +67,25 @@ pub(super) fn publish(
     encoded: Vec<u8>,
     deadline: Instant,
 ) -> Result<()> {
+    set(shared, key, encoded, deadline).map_err(|e| e.during(Phase::Publish))
+}
+
+/// Set `key` to `value` in the group's store by `deadline`; a failure of the store's
+/// own call keeps the phase the store gave it.
+pub(super) fn set(
+    shared: &GroupShared,
+    key: &str,
+    value: Vec<u8>,
+    deadline: Instant,
+) -> Result<()> {
     let owned = key.to_owned();
     store::deadline::call(
         &shared.store,
         deadline,
         Phase::Publish,
         || format!("set({key})"),
-        move |s| s.set(&owned, &encoded),
+        move |s| s.set(&owned, &value),
     )
-    .map_err(|e| e.during(Phase::Publish))
 }
 
 /// Wait for every rank's request of rendezvous `seq` (ours is `encoded`) until the

@@ -24,7 +24,7 @@ struct Log {
 /// A link whose works end as `outcome(peer)` says, logging every call.
 struct FakeLink {
     nccl: bool,
-    outcome: fn(usize) -> Outcome,
+    outcome: Box<dyn Fn(usize) -> Outcome + Send + Sync>,
     log: Arc<Mutex<Log>>,
 }
 
@@ -93,12 +93,12 @@ impl ProcessGroupLink for FakeLink {
 fn peers(
     nccl: bool,
     device: bool,
-    outcome: fn(usize) -> Outcome,
+    outcome: impl Fn(usize) -> Outcome + Send + Sync + 'static,
 ) -> (ProcessGroupPeers<FakeLink>, Arc<Mutex<Log>>) {
     let log = Arc::new(Mutex::new(Log::default()));
     let link = FakeLink {
         nccl,
-        outcome,
+        outcome: Box::new(outcome),
         log: Arc::clone(&log),
     };
     (ProcessGroupPeers::new(link, device), log)
@@ -143,48 +143,34 @@ fn a_host_flag_send_fails_at_the_next_call_naming_its_peer() {
     assert_eq!(log.lock().recover().waits, vec![(3, None)]);
 }
 
+/// How a host wait for flags from ranks 1 and 2 fails when rank 1 is late and rank 2's
+/// work ends as `rank_2` says.
+fn receive_from_late_1_and_2(rank_2: Outcome, timeout: Duration) -> RemoteFailure {
+    let (p, _) = peers(false, false, move |peer| match peer {
+        1 => Outcome::Late,
+        _ => rank_2,
+    });
+    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
+    p.flags(&recv, timeout, 0).unwrap_err()
+}
+
 #[test]
 fn a_lost_peer_is_reported_before_a_late_one() {
-    let (p, _) = peers(false, false, |peer| {
-        if peer == 1 {
-            Outcome::Late
-        } else {
-            Outcome::Fails
-        }
-    });
-    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
-    let f = p.flags(&recv, Duration::from_millis(20), 0).unwrap_err();
-    // Rank 2 failed before the deadline: it was not a timeout, whatever the type.
-    assert_eq!((f.peer, f.timed_out), (Some(2), false));
+    // Rank 2 failed before the deadline: it was not a timeout, whatever the type; a
+    // peer that is gone fails early, and is the one named, whatever the order.
+    for rank_2 in [Outcome::Fails, Outcome::Broken] {
+        let f = receive_from_late_1_and_2(rank_2, Duration::from_millis(30));
+        assert_eq!((f.peer, f.timed_out), (Some(2), false), "{rank_2:?}");
+    }
 }
 
 #[test]
-fn a_failure_another_waits_timeout_causes_is_not_a_lost_peer() {
+fn a_timeout_names_every_peer_it_waited_for_and_none_as_lost() {
     // Rank 1 times out; rank 2's wait then fails too (gloo closes every pair after a
-    // timeout), which is no evidence that rank 2 is gone.
-    let (p, _) = peers(false, false, |_| Outcome::Late);
-    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
-    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
-    assert_eq!((f.peer, f.timed_out), (Some(1), true));
-    // A peer that is gone fails early, and is the one named, whatever the order.
-    let (p, _) = peers(false, false, |peer| {
-        if peer == 2 {
-            Outcome::Broken
-        } else {
-            Outcome::Late
-        }
-    });
-    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
-    assert_eq!((f.peer, f.timed_out), (Some(2), false));
-}
-
-#[test]
-fn a_timeout_names_every_peer_it_waited_for() {
-    // Rank 2 is stopped and rank 1, alive, waits for it: both are late here, and the
-    // error must name both (naming only the first would blame the live one).
-    let (p, _) = peers(false, false, |_| Outcome::Late);
-    let recv = [flag(1, Direction::Recv), flag(2, Direction::Recv)];
-    let f = p.flags(&recv, Duration::from_millis(30), 0).unwrap_err();
+    // timeout), which is no evidence that rank 2 is gone. Or rank 2 is stopped and
+    // rank 1, alive, waits for it: both are late here, and the error must name both
+    // (naming only the first would blame the live one).
+    let f = receive_from_late_1_and_2(Outcome::Late, Duration::from_millis(30));
     assert_eq!((f.peer, f.timed_out), (Some(1), true));
     assert_eq!(f.also_waited_for, vec![2]);
     let error = crate::signal::remote::failure(f, Duration::from_millis(30));

@@ -410,11 +410,20 @@ mod tests {
 
     use super::*;
 
+    fn scratch(tag: &str) -> (PathBuf, FileStore) {
+        let root = std::env::temp_dir().join(format!(
+            "symmwin-store-{tag}-{}-{:x}",
+            std::process::id(),
+            crate::token::random_u64()
+        ));
+        let store = FileStore::new(root.join("s")).unwrap();
+        (root, store)
+    }
+
     #[test]
     fn a_store_directory_others_can_read_is_refused() {
-        let root = std::env::temp_dir().join(format!("symmwin-store-test-{}", std::process::id()));
-        let fresh = root.join("fresh");
-        let store = FileStore::new(&fresh).unwrap();
+        let (root, store) = scratch("mode");
+        let fresh = root.join("s");
         let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         store.set("k/1", b"v").unwrap();
@@ -434,21 +443,6 @@ mod tests {
             "{err}"
         );
         fs::remove_dir_all(&root).unwrap();
-    }
-}
-
-#[cfg(test)]
-mod long_key_tests {
-    use super::*;
-
-    fn scratch(tag: &str) -> (PathBuf, FileStore) {
-        let root = std::env::temp_dir().join(format!(
-            "symmwin-store-{tag}-{}-{:x}",
-            std::process::id(),
-            crate::token::random_u64()
-        ));
-        let store = FileStore::new(root.join("s")).unwrap();
-        (root, store)
     }
 
     #[test]

@@ -18,6 +18,21 @@ pub fn unix_ms() -> u128 {
         .as_millis()
 }
 
+/// Rank 0's result line for a wait begun at `started` that failed with `err`, naming
+/// `exited` as the peer it reported gone (`no` when none): the fields every dead-peer
+/// test reads, the message with `_` for spaces so that the line splits into fields.
+pub fn failed_wait(err: &symmwin::Error, started: Instant, exited: &str) -> String {
+    format!(
+        "at={} waited={:.3} exited={exited} timeout={} lost={} peer={:?} msg={}",
+        unix_ms(),
+        started.elapsed().as_secs_f64(),
+        err.is_timeout(),
+        err.is_context_lost(),
+        err.peer(),
+        err.to_string().replace(' ', "_")
+    )
+}
+
 /// The jobs of one dead-peer test: its worker, and how long to let rank 0's wait start
 /// before acting on rank 1.
 pub struct PeerJob {

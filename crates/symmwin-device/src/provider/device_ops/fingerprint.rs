@@ -26,7 +26,7 @@ use std::fmt;
 
 use crate::error::{Error, ErrorKind, Phase};
 
-use super::args::{ElemType, Elements, Fingerprint, PLAIN_SIGNAL};
+use super::args::{ElemType, Elements, Fingerprint, Tile, PLAIN_SIGNAL};
 use super::dtype::DType;
 use super::plan::Shape;
 use super::request::OpRequest;
@@ -85,10 +85,7 @@ enum Compared {
         root: usize,
     },
     Tile {
-        rows: usize,
-        cols: usize,
-        row_stride: usize,
-        elem: ElemType,
+        tile: Tile,
         roots: Vec<usize>,
     },
     OneSided,
@@ -105,10 +102,7 @@ impl Compared {
             },
             OpRequest::Broadcast { len, root, .. } => Compared::Broadcast { len, root },
             OpRequest::TileReduce(r) => Compared::Tile {
-                rows: r.tile.rows,
-                cols: r.tile.cols,
-                row_stride: r.tile.row_stride,
-                elem: r.tile.elem,
+                tile: *r.tile,
                 roots: r.roots.to_vec(),
             },
             OpRequest::Put(_)
@@ -131,19 +125,13 @@ impl Compared {
                 vec![5, kind, align, *row_bytes as u64, *experts as u64]
             }
             Compared::Broadcast { len, root } => vec![8, *len as u64, *root as u64],
-            Compared::Tile {
-                rows,
-                cols,
-                row_stride,
-                elem,
-                roots,
-            } => {
+            Compared::Tile { tile, roots } => {
                 let mut w = vec![
                     10,
-                    *rows as u64,
-                    *cols as u64,
-                    *row_stride as u64,
-                    elem_code(*elem),
+                    tile.rows as u64,
+                    tile.cols as u64,
+                    tile.row_stride as u64,
+                    elem_code(tile.elem),
                     roots.len() as u64,
                 ];
                 w.extend(roots.iter().map(|&root| root as u64));
@@ -180,14 +168,9 @@ impl Compared {
                 DType::UNSPECIFIED => format!("{len} bytes from root {root}"),
                 _ => format!("{} from root {root}", elems.count(len / size)),
             },
-            Compared::Tile {
-                rows,
-                cols,
-                row_stride,
-                elem,
-                roots,
-            } => format!(
-                "{rows}x{cols} tiles of {elem:?} (row stride {row_stride}), roots {roots:?}"
+            Compared::Tile { tile, roots } => format!(
+                "{}x{} tiles of {:?} (row stride {}), roots {roots:?}",
+                tile.rows, tile.cols, tile.elem, tile.row_stride
             ),
             Compared::OneSided => "a one-sided op".to_owned(),
         };
@@ -363,7 +346,7 @@ pub fn operands_of(op: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::layout::FlatLayout;
-    use crate::provider::device_ops::{ReduceOp, Rows, SymmBuf, Tile, TileReduce, VarArgs};
+    use crate::provider::device_ops::{ReduceOp, Rows, SymmBuf, TileReduce, VarArgs};
 
     fn buf(len: usize) -> SymmBuf {
         SymmBuf {
