@@ -89,6 +89,7 @@ fn threads(
 
 /// Say on the terminal, past the test harness's capture, that a check could not run
 /// on this machine (a passing test's own output is hidden).
+#[cfg(feature = "cuda")]
 fn skip(test: &str, why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
