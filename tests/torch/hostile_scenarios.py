@@ -93,6 +93,11 @@ def store_host_stopped(ctx):
     pids = [None] * ctx.world
     dist.all_gather_object(pids, os.getpid())
     fresh_group = dist.new_group(list(range(ctx.world)))
+    # new_group may still be reading rank 0's store on rank 1 when rank 0 returns from
+    # it: a stop then would hang rank 1 there, outside symmwin (seen on a loaded CI
+    # machine). After a barrier of the process group, rank 1 needs the store only for
+    # the rendezvous under test.
+    dist.barrier()
     if ctx.rank == 0:
         os.kill(os.getpid(), signal.SIGSTOP)
         return {"first": first}
