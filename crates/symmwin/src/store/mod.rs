@@ -123,13 +123,7 @@ pub(crate) fn gather_by(
         }
         let now = Instant::now();
         if now >= deadline && !first {
-            return Err(Error::new(
-                Phase::Gather,
-                ErrorKind::Timeout {
-                    missing,
-                    waited: start.elapsed(),
-                },
-            ));
+            return Err(timed_out(missing, start));
         }
         if !first {
             looks.between(&missing, deadline)?;
@@ -143,7 +137,6 @@ pub(crate) fn gather_by(
             wanted.len(),
             wanted[0]
         );
-        let answered_before = answered;
         let found = deadline::call_ticking(
             store,
             (deadline + GATHER_GRACE, Phase::Gather),
@@ -160,14 +153,8 @@ pub(crate) fn gather_by(
         let found = match found {
             // A store that answered earlier slices and is late with the last one, on a
             // loaded machine, is not unreachable: the ranks are what never came.
-            Err(e) if answered_before && Instant::now() >= deadline && is_store(&e) => {
-                return Err(Error::new(
-                    Phase::Gather,
-                    ErrorKind::Timeout {
-                        missing,
-                        waited: start.elapsed(),
-                    },
-                ))
+            Err(e) if answered && Instant::now() >= deadline && is_store(&e) => {
+                return Err(timed_out(missing, start));
             }
             other => other?,
         };
@@ -176,6 +163,17 @@ pub(crate) fn gather_by(
             values[rank] = value;
         }
     }
+}
+
+/// The gather's timeout: `missing` never published, waited since `start`.
+fn timed_out(missing: Vec<usize>, start: Instant) -> Error {
+    Error::new(
+        Phase::Gather,
+        ErrorKind::Timeout {
+            missing,
+            waited: start.elapsed(),
+        },
+    )
 }
 
 fn is_store(error: &Error) -> bool {
