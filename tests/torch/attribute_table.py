@@ -20,11 +20,12 @@ from harness import run_world
 # What must be the same on both backends: the pointer contract and the values.
 MUST_AGREE = (
     "own_plus_offset_is_data_ptr",
-    "peers_nonzero_and_distinct",
+    "peers_nonzero",
+    "distinct",
     "buffer_ptrs_dev_nonzero",
     "buffer_size_at_least_tensor",
     "offset",
-    "signal_pad_ptrs_nonzero",
+    "pads_nonzero",
     "signal_pad_size",
     "signal_pad_size_is_get_signal_pad_size",
     "rank",

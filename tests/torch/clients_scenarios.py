@@ -364,9 +364,6 @@ def handle_attributes(ctx):
     t = symm_mem.empty(4096, dtype=BF16, device=ctx.device)
     hdl = symm_mem.rendezvous(t, group)
     hdl.barrier()
-    ptrs = list(hdl.buffer_ptrs)
-    pads = list(hdl.signal_pad_ptrs)
-    peers = [p for r, p in enumerate(ptrs) if r != ctx.rank]
 
     def attempt(read):
         try:
@@ -375,14 +372,11 @@ def handle_attributes(ctx):
             return f"raises {type(e).__name__}"
 
     out = {
-        "own_plus_offset_is_data_ptr": t.data_ptr() - ptrs[ctx.rank] == hdl.offset,
-        "peers_nonzero_and_distinct": all(peers) and len(set(ptrs)) == ctx.world,
+        **_pointer_contract(hdl, t),
         "buffer_ptrs_dev_nonzero": bool(hdl.buffer_ptrs_dev),
         "buffer_size": hdl.buffer_size,
         "buffer_size_at_least_tensor": hdl.buffer_size >= t.numel() * t.element_size(),
-        "offset": hdl.offset,
         "multicast_ptr": hdl.multicast_ptr,
-        "signal_pad_ptrs_nonzero": all(pads),
         "signal_pad_size": hdl.signal_pad_size,
         "signal_pad_size_is_get_signal_pad_size": hdl.signal_pad_size == symm_mem.get_signal_pad_size(),
         "rank": hdl.rank,

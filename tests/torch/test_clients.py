@@ -123,8 +123,8 @@ def test_async_tp_through_torch_compile(world):
 
 def _check_contract_attributes(results, world: int) -> None:
     for rank, r in enumerate(results):
-        assert r["own_plus_offset_is_data_ptr"] and r["peers_nonzero_and_distinct"], (rank, r)
-        assert r["signal_pad_ptrs_nonzero"] and r["signal_pad_size_is_get_signal_pad_size"], (rank, r)
+        assert r["own_plus_offset_is_data_ptr"] and r["peers_nonzero"] and r["distinct"], (rank, r)
+        assert r["pads_nonzero"] and r["signal_pad_size_is_get_signal_pad_size"], (rank, r)
         assert (r["rank"], r["world_size"], r["offset"]) == (rank, world, 0), (rank, r)
         assert r["buffer_size_at_least_tensor"] and r["multicast_ptr"] == 0, (rank, r)
 
