@@ -98,8 +98,9 @@ def _missing_compilers() -> str | None:
     if shutil.which(cxx) is None:
         return f"no C++ compiler ({cxx} is not on PATH): install g++ (apt install g++), or set CXX"
     # torch's BuildExtension falls back to compiling one file at a time without ninja,
-    # several times slower; it looks for ninja on PATH only.
-    if shutil.which("ninja") is None and not _ninja_of_the_python_package():
+    # several times slower; it looks for ninja on PATH only (stop_if_missing has put
+    # the ninja package's executable there, if one is installed).
+    if shutil.which("ninja") is None:
         return "ninja is not on PATH: pip install ninja (into the environment that builds)"
     return None
 
