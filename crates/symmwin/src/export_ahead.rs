@@ -2,24 +2,17 @@
 //!
 //! Allocation is local and rendezvous is collective, and torch calls them separately
 //! (`alloc`, then `rendezvous`). Exporting costs about as much as creating the memory
-//! (over a millisecond for 64 MiB on CUDA), so it starts on a worker thread as soon as
+//! (over a millisecond for 64 MiB on CUDA), so it starts on the runtime's worker ([`crate::worker`]) as soon as
 //! the memory exists and runs while the allocation maps and zeroes its local view and
 //! while the caller goes on to the rendezvous, which then only collects the handle.
-//! The same worker frees the windows the window cache lets go, and zeroes those it
-//! releases, off the path of the rendezvous that let them go.
 
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use symmwin_device::lock::Recover;
 
 use symmwin_device::error::Result;
 use symmwin_device::provider::{Memory, SharedHandle};
 
-type Job = Box<dyn FnOnce() + Send>;
-
-const WORKER_NAME: &str = "symmwin-export";
-
-/// A handle being exported on the worker thread. Dropping it unused waits for the
+/// A handle being exported in the background. Dropping it unused waits for the
 /// export and closes the handle, so a failed or freed allocation leaves no fd behind.
 #[derive(Debug)]
 pub(crate) struct ExportAhead {
@@ -45,17 +38,15 @@ impl ExportAhead {
     pub(crate) fn start(memory: Arc<dyn Memory>) -> Self {
         let slot = Arc::new(Slot::default());
         let done = Arc::clone(&slot);
-        let job: Job = Box::new(move || {
+        let job = move || {
             let result = memory.export();
             // The memory goes before the waiter wakes: a waiter that frees the
             // allocation next must find it released, not held by this job.
             drop(memory);
             *done.state.lock().recover() = State::Done(result);
             done.ready.notify_all();
-        });
-        if let Err(job) = submit(job) {
-            job();
-        }
+        };
+        crate::worker::in_background(job);
         ExportAhead { slot }
     }
 
@@ -90,60 +81,6 @@ impl ExportAhead {
 impl Drop for ExportAhead {
     fn drop(&mut self) {
         drop(self.take());
-    }
-}
-
-/// Run `job` on the worker thread, after everything handed to it before; inline when
-/// there is no worker. For work that must stay off a rendezvous's critical path
-/// (tearing down windows the window cache lets go).
-pub(crate) fn in_background(job: impl FnOnce() + Send + 'static) {
-    if let Err(job) = submit(Box::new(job)) {
-        job();
-    }
-}
-
-/// Whether the caller is the worker thread (which must not wait for its own jobs).
-pub(crate) fn on_worker() -> bool {
-    std::thread::current().name() == Some(WORKER_NAME)
-}
-
-/// Wait until the worker has finished everything handed to it so far (at once on
-/// the worker itself, which would otherwise wait for its own job).
-pub(crate) fn drain() {
-    if on_worker() {
-        return;
-    }
-    let slot = Arc::new((Mutex::new(false), Condvar::new()));
-    let done = Arc::clone(&slot);
-    in_background(move || {
-        *done.0.lock().recover() = true;
-        done.1.notify_all();
-    });
-    let mut finished = slot.0.lock().recover();
-    while !*finished {
-        finished = slot.1.wait(finished).recover();
-    }
-}
-
-/// Hand `job` to the process's export worker, starting it on first use. Gives the job
-/// back when there is no worker (the thread could not be spawned or has gone).
-fn submit(job: Job) -> std::result::Result<(), Job> {
-    static WORKER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
-    let worker = WORKER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name(WORKER_NAME.into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .ok()
-            .map(|_| Mutex::new(tx))
-    });
-    match worker {
-        Some(tx) => tx.lock().recover().send(job).map_err(|e| e.0),
-        None => Err(job),
     }
 }
 

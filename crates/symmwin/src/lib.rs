@@ -64,6 +64,7 @@ mod store;
 mod token;
 mod window;
 mod window_cache;
+mod worker;
 
 pub use allocation::Allocation;
 pub use config::{Config, HandlePreference, DEFAULT_DEVICE_TIMEOUT, DEFAULT_TIMEOUT};

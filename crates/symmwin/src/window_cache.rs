@@ -128,7 +128,7 @@ fn provider_key(provider: &Arc<dyn Provider>) -> usize {
 fn with_cache<T>(f: impl FnOnce(&mut Cache) -> (T, Vec<Parked>)) -> T {
     let (value, evicted) = locked(f);
     if !evicted.is_empty() {
-        crate::export_ahead::in_background(move || drop(evicted));
+        crate::worker::in_background(move || drop(evicted));
     }
     value
 }
@@ -177,7 +177,7 @@ pub(crate) fn forget_group(group: GroupKey) {
         gone
     });
     drop(gone);
-    crate::export_ahead::drain();
+    crate::worker::drain();
 }
 
 /// Rendezvous numbers of `group`'s windows parked here, oldest first.
@@ -227,7 +227,7 @@ fn zero_then_release(entries: Vec<Parked>) {
         return;
     }
     locked(|cache| cache.zeroing.extend(entries.iter().map(Parked::key)));
-    crate::export_ahead::in_background(move || {
+    crate::worker::in_background(move || {
         for entry in entries {
             let key = entry.key();
             let zeroed = entry.local.zero(0, entry.memory.len());
@@ -268,7 +268,7 @@ fn trim_released(cache: &mut Cache) -> Vec<Parked> {
 /// creating and exporting new memory).
 pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
     let key = (provider_key(provider), len);
-    let on_worker = crate::export_ahead::on_worker();
+    let on_worker = crate::worker::on_worker();
     let mut cache = lock();
     loop {
         if let Some(i) = cache.released.iter().rposition(|p| p.key() == key) {
@@ -287,7 +287,7 @@ pub(crate) fn take(provider: &Arc<dyn Provider>, len: usize) -> Option<Parked> {
 /// and our references go.
 pub fn flush() {
     // Windows being zeroed land in the released list first.
-    crate::export_ahead::drain();
+    crate::worker::drain();
     let all: Vec<Parked> = locked(|cache| {
         let mut all: Vec<Parked> = cache.parked.drain(..).collect();
         all.extend(cache.released.drain(..));
@@ -295,7 +295,7 @@ pub fn flush() {
     });
     drop(all);
     // And whatever an earlier eviction left to the worker thread.
-    crate::export_ahead::drain();
+    crate::worker::drain();
 }
 
 /// Cached windows on this rank: `(parked, released)` (released counts those still

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "logging",
             "locality",
+            "worker",
         ],
     ),
     ("store, exchange, signals", &["store", "exchange", "signal"]),

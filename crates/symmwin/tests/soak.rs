@@ -115,6 +115,10 @@ fn soak(rank: usize, world: usize) -> String {
     // Freed windows wait in the window cache: counted flushed, nothing may be left.
     symmwin::adapter::testing::window_cache::flush();
     // The peer watcher's thread, started by the first rendezvous, maps as it starts.
+    // The worker pool grows to the most jobs that ever ran at once (a rendezvous's
+    // imports, a store call, the background lane): started at that size now, it
+    // starts no thread during the count.
+    symmwin::adapter::testing::worker::keep_idle(world + 2).unwrap();
     common::settle_threads();
     let before = (
         open_fds(),

@@ -37,6 +37,12 @@ pub mod window_cache {
     pub use crate::window_cache::{counts, flush};
 }
 
+/// The runtime's worker pool, for tests that count threads and mappings: started at
+/// the size the test needs before its baseline, it starts no thread later.
+pub mod worker {
+    pub use crate::worker::keep_idle;
+}
+
 /// Bytes of `alloc`'s own view that are not zero, for tests that check memory is
 /// handed out zeroed.
 ///

@@ -1,18 +1,16 @@
 //! Importing every peer's handle before any slot is mapped, so that the slots can then
 //! be mapped in one batch.
 //!
-//! With two handles or more, the imports run side by side on the pooled helper threads
-//! of [`crate::store::deadline::start`] (importing a CUDA handle costs most of a
-//! millisecond whatever the size, so at world 8 a serial loop costs seven of them).
-//! The helpers are kept for reuse, so a process's threads and mappings stay as they
-//! were after its first rendezvous of that width (the soak test counts them). A
+//! With two handles or more, the imports run side by side on the runtime's worker
+//! pool ([`crate::worker`]): importing a CUDA handle costs most of a millisecond
+//! whatever the size, so at world 8 a serial loop costs seven of them. A
 //! single import runs on the caller: a thread hop would only add to it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmwin_device::lock::Recover;
 
-use crate::store::deadline::{self, Started};
+use crate::worker::{self, Started};
 use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 use symmwin_device::provider::{Memory, Provider, SharedHandle};
 
@@ -62,7 +60,7 @@ fn start(provider: &Arc<dyn Provider>, handle: SharedHandle, size: usize, helper
     // The job takes the handle from the slot; a job that never starts leaves it there.
     let slot = Arc::new(Mutex::new(Some(handle)));
     let (job_slot, job_provider) = (Arc::clone(&slot), Arc::clone(provider));
-    let started = deadline::start(move || match take(&job_slot) {
+    let started = worker::start(move || match take(&job_slot) {
         Some(handle) => job_provider.import(handle, size),
         None => Err(Error::invalid("the handle to import was taken twice")),
     });

@@ -130,6 +130,10 @@ pub(crate) fn cycles(rank: usize, world: usize) -> String {
     symmwin::adapter::testing::window_cache::flush();
     // The peer watcher's thread starts with the first rendezvous: its signal stack and
     // malloc arena appear a moment later, which is no leak.
+    // The worker pool grows to the most jobs that ever ran at once (a rendezvous's
+    // imports, a store call, the background lane): started at that size now, it
+    // starts no thread during the count.
+    symmwin::adapter::testing::worker::keep_idle(world + 2).unwrap();
     common::settle_threads();
     let (fds0, maps0, threads0) = (open_fds(), map_lines(), threads());
     sync.barrier(SignalOptions::default()).unwrap();
