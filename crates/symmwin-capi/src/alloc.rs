@@ -30,7 +30,6 @@ pub extern "C" fn symmwin_free(ptr: *mut c_void) -> SymmwinStatus {
         if ptr.is_null() {
             return Ok(SymmwinOk);
         }
-        crate::alloc_group::forget(ptr as usize);
         REGISTRY.free(ptr as usize).map(|()| SymmwinOk)
     })
 }

@@ -1,5 +1,6 @@
 //! Process-wide bookkeeping for adapters (the C ABI, torch): which pointer belongs
-//! to which allocation, which groups exist, and which windows were already made.
+//! to which allocation (and the group it was made for), which groups exist, and
+//! which windows were already made.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,13 +20,27 @@ type WindowSlot = Arc<Mutex<Option<Window>>>;
 /// be reused while a cached window (which holds that state) exists.
 type GroupKey = usize;
 
+/// A live allocation and the name of the group it was made for, if any (torch's
+/// `empty_strided_p2p(group_name=...)`), so that a later rendezvous without a group
+/// finds it.
+struct Entry {
+    alloc: Allocation,
+    group: Option<String>,
+}
+
 /// Allocations by address, groups by (name, device) with the identity of the store
 /// they were made for, windows by (allocation, group object).
 #[derive(Default)]
 pub struct Registry {
-    allocations: Mutex<BTreeMap<usize, Allocation>>,
+    allocations: Mutex<BTreeMap<usize, Entry>>,
     groups: Mutex<HashMap<(String, i32), (Group, u64)>>,
     windows: Mutex<HashMap<(u64, GroupKey), WindowSlot>>,
+}
+
+/// The entry whose allocation covers `ptr`, and `ptr`'s offset in it.
+fn covering(allocations: &BTreeMap<usize, Entry>, ptr: usize) -> Option<(&Entry, usize)> {
+    let (_, entry) = allocations.range(..=ptr).next_back()?;
+    Some((entry, entry.alloc.offset_of(ptr)?))
 }
 
 fn group_key(group: &Group) -> GroupKey {
@@ -40,16 +55,38 @@ impl Registry {
 
     /// Allocate `size` zero-filled bytes; the address of the local view.
     pub fn alloc(&self, provider: Arc<dyn Provider>, size: usize) -> Result<usize> {
+        self.alloc_for_group(provider, size, None)
+    }
+
+    /// [`Registry::alloc`], remembering that the allocation is for group `group`
+    /// ([`Registry::group_of`] answers it for every pointer inside).
+    pub fn alloc_for_group(
+        &self,
+        provider: Arc<dyn Provider>,
+        size: usize,
+        group: Option<&str>,
+    ) -> Result<usize> {
         let alloc = Allocation::new(provider, size)?;
         let ptr = alloc.ptr();
-        self.allocations.lock().recover().insert(ptr, alloc);
+        let group = group.map(str::to_owned);
+        self.allocations
+            .lock()
+            .recover()
+            .insert(ptr, Entry { alloc, group });
         Ok(ptr)
+    }
+
+    /// The name of the group the allocation covering `ptr` was made for; `None` when
+    /// `ptr` is in no live allocation or it was made for no group.
+    pub fn group_of(&self, ptr: usize) -> Option<String> {
+        let allocations = self.allocations.lock().recover();
+        covering(&allocations, ptr)?.0.group.clone()
     }
 
     /// Forget the allocation that starts at `ptr` and the windows cached for it.
     /// Windows still held elsewhere stay mapped.
     pub fn free(&self, ptr: usize) -> Result<()> {
-        let alloc = self
+        let Entry { alloc, .. } = self
             .allocations
             .lock()
             .recover()
@@ -65,9 +102,8 @@ impl Registry {
     /// The allocation covering `ptr` and the offset of `ptr` in it.
     pub fn find(&self, ptr: usize) -> Option<(Allocation, usize)> {
         let allocations = self.allocations.lock().recover();
-        let (_, alloc) = allocations.range(..=ptr).next_back()?;
-        let offset = alloc.offset_of(ptr)?;
-        Some((alloc.clone(), offset))
+        let (entry, offset) = covering(&allocations, ptr)?;
+        Some((entry.alloc.clone(), offset))
     }
 
     /// Number of live allocations.
@@ -187,5 +223,29 @@ impl Registry {
         let window = group.rendezvous_with_pads(&alloc, pad_size)?;
         *slot = Some(window.clone());
         Ok(Some((window, offset)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symmwin_host::HostProvider;
+
+    #[test]
+    fn an_allocation_remembers_its_group_until_it_is_freed() {
+        let registry = Registry::new();
+        let provider: Arc<dyn Provider> = Arc::new(HostProvider::new());
+        let size = 3 * symmwin_host::page_size();
+        let named = registry
+            .alloc_for_group(Arc::clone(&provider), size, Some("tp"))
+            .unwrap();
+        let plain = registry.alloc(provider, size).unwrap();
+        assert_eq!(registry.group_of(named).as_deref(), Some("tp"));
+        assert_eq!(registry.group_of(named + size - 1).as_deref(), Some("tp"));
+        assert_eq!(registry.group_of(named + size), None, "one past the end");
+        assert_eq!(registry.group_of(plain), None, "made for no group");
+        registry.free(named).unwrap();
+        assert_eq!(registry.group_of(named), None, "freed");
+        assert!(registry.find(plain).is_some());
     }
 }
