@@ -11,9 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{
-    failed_wait, rank_1_leaves, seconds_after as after, stop_then_kill, PeerJob,
-};
+use common::peer_jobs::{failed_wait, rank_1_leaves, seconds_after as after, PeerJob};
 use symmwin::{
     ops::{OpOptions, Operand, Rows, Shape},
     Allocation, ErrorKind, SignalOptions, Stream,
@@ -120,13 +118,7 @@ fn a_killed_peer_is_named_within_a_second_in_every_device_wait() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_stopped_peer_gets_the_whole_timeout_in_every_device_wait() {
-    for wait in WAITS {
-        let (r, _) = JOB.run((wait, "hold"), 1000, stop_then_kill);
-        assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
-        assert!(field(&r, "msg").contains("timed_out"), "{wait}: {r}");
-        let waited: f64 = field(&r, "waited").parse().unwrap();
-        assert!(waited >= 1.0, "{wait}: {r}");
-    }
+    JOB.stopped_peer_gets_the_whole_timeout(&WAITS, |r| field(r, "msg").contains("timed_out"));
 }
 
 /// The device rows of docs/RELIABILITY.md's detection table: for each device wait kind,

@@ -8,9 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::field;
-use common::peer_jobs::{
-    failed_wait, rank_1_leaves, seconds_after as after, stop_then_kill, PeerJob,
-};
+use common::peer_jobs::{failed_wait, rank_1_leaves, seconds_after as after, PeerJob};
 use symmwin::{
     ops::{OpOptions, Operand},
     Allocation, ErrorKind, SignalOptions,
@@ -80,13 +78,7 @@ fn a_killed_peer_is_named_within_a_second_in_every_host_wait() {
 
 #[test]
 fn a_stopped_peer_gets_the_whole_timeout_in_every_host_wait() {
-    for wait in WAITS {
-        let (r, _) = JOB.run((wait, "hold"), 1000, stop_then_kill);
-        assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
-        assert_eq!(field(&r, "timeout"), "true", "{wait}: {r}");
-        let waited: f64 = field(&r, "waited").parse().unwrap();
-        assert!(waited >= 1.0, "{wait}: {r}");
-    }
+    JOB.stopped_peer_gets_the_whole_timeout(&WAITS, |r| field(r, "timeout") == "true");
 }
 
 /// The figures behind docs/RELIABILITY.md's table of failures: for each host wait kind,

@@ -54,6 +54,17 @@ pub struct Message {
     pub bytes: Option<(usize, usize)>,
 }
 
+impl Message {
+    fn between(peer: usize, direction: Direction, tag: u32, bytes: Option<(usize, usize)>) -> Self {
+        Message {
+            peer,
+            direction,
+            tag,
+            bytes,
+        }
+    }
+}
+
 /// A failure the link reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkFailure {
@@ -384,12 +395,7 @@ impl<L: ProcessGroupLink> RemotePeers for ProcessGroupPeers<L> {
     ) -> Result<(), RemoteFailure> {
         let batch: Vec<Message> = flags
             .iter()
-            .map(|f| Message {
-                peer: f.peer,
-                direction: f.direction,
-                tag: f.tag,
-                bytes: None,
-            })
+            .map(|f| Message::between(f.peer, f.direction, f.tag, None))
             .collect();
         self.run(&batch, false, timeout, stream)
     }
@@ -402,12 +408,7 @@ impl<L: ProcessGroupLink> RemotePeers for ProcessGroupPeers<L> {
     ) -> Result<(), RemoteFailure> {
         let batch: Vec<Message> = transfers
             .iter()
-            .map(|t| Message {
-                peer: t.peer,
-                direction: t.direction,
-                tag: t.tag,
-                bytes: Some((t.ptr, t.len)),
-            })
+            .map(|t| Message::between(t.peer, t.direction, t.tag, Some((t.ptr, t.len))))
             .collect();
         self.run(&batch, true, timeout, stream)
     }

@@ -85,6 +85,19 @@ impl PeerJob {
         }
     }
 
+    /// Rank 1 stopped (alive but silent) past a 1 s timeout, then killed: in each of
+    /// `waits`, rank 0 must wait its whole timeout and fail by it (`timed_out` says
+    /// whether rank 0's result line reports a timeout), not name rank 1 as exited.
+    pub fn stopped_peer_gets_the_whole_timeout(&self, waits: &[&str], timed_out: fn(&str) -> bool) {
+        for wait in waits {
+            let (r, _) = self.run((wait, "hold"), 1000, stop_then_kill);
+            assert_eq!(field(&r, "exited"), "no", "{wait}: {r}");
+            assert!(timed_out(&r), "{wait}: {r}");
+            let waited: f64 = field(&r, "waited").parse().unwrap();
+            assert!(waited >= 1.0, "{wait}: {r}");
+        }
+    }
+
     /// The rows of docs/RELIABILITY.md's detection table: for each of `waits`, a peer
     /// that exits 0 and one that is SIGKILLed, `RUNS` times each (default 20); prints
     /// median and max of [`PeerJob::named_after`].

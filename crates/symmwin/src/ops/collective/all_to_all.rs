@@ -73,22 +73,18 @@ pub fn all_to_all_v(
     opts: &OpOptions,
 ) -> Result<()> {
     let w = input.window;
-    let args =
-        var_args(shape, input, out, splits, out_splits_offsets, rows).map_err(|e| w.context(e))?;
+    let operands = [input, out, splits, out_splits_offsets];
+    let args = var_args(shape, operands, rows).map_err(|e| w.context(e))?;
     let op = OpRequest::AllToAllV { shape, args: &args };
     // SAFETY: var_args checked every operand against its window, the table lengths
     // against the world size and the row counts against the operands.
     unsafe { execute_elems(w, Reach::Everyone, opts, &op, Elements::of(input.dtype)) }
 }
 
-fn var_args(
-    shape: Shape,
-    input: Operand,
-    out: Operand,
-    splits: Operand,
-    out_splits_offsets: Operand,
-    rows: Rows,
-) -> Result<VarArgs> {
+/// Check the operands (input, out, splits, out_splits_offsets) of an all-to-all-v and
+/// the split tables' lengths; the op's arguments.
+fn var_args(shape: Shape, operands: [Operand; 4], rows: Rows) -> Result<VarArgs> {
+    let [input, out, splits, out_splits_offsets] = operands;
     let w = input.window;
     for (op, what) in [
         (&out, "out"),
