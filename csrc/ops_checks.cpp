@@ -38,33 +38,23 @@ namespace {
 // The all-to-all-v family.
 
 // Every operand on input's device and contiguous.
-void check_var_placement(
-    const char* op,
-    const char* splits_name,
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& splits,
-    const at::Tensor& out_splits_offsets) {
-  for (auto [t, what] : {std::pair{&out, "out"},
-                         std::pair{&splits, splits_name},
-                         std::pair{&out_splits_offsets, "out_splits_offsets"}}) {
-    require_device(op, *t, input, what);
+void check_var_placement(const char* op, const char* splits_name, const VarTensors& t) {
+  for (auto [tensor, what] : {std::pair{&t.out, "out"},
+                              std::pair{&t.splits, splits_name},
+                              std::pair{&t.out_splits_offsets, "out_splits_offsets"}}) {
+    require_device(op, *tensor, t.input, what);
   }
-  for (auto [t, what] : {std::pair{&input, "input"},
-                         std::pair{&out, "out"},
-                         std::pair{&splits, splits_name},
-                         std::pair{&out_splits_offsets, "out_splits_offsets"}}) {
-    require_contiguous(op, *t, what);
+  for (auto [tensor, what] : {std::pair{&t.input, "input"},
+                              std::pair{&t.out, "out"},
+                              std::pair{&t.splits, splits_name},
+                              std::pair{&t.out_splits_offsets, "out_splits_offsets"}}) {
+    require_contiguous(op, *tensor, what);
   }
 }
 
 // Rows of the same dtype and stride in input and out; int64 split tables.
-void check_var_types(
-    const char* op,
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& splits,
-    const at::Tensor& out_splits_offsets) {
+void check_var_types(const char* op, const VarTensors& t) {
+  const auto& [input, out, splits, out_splits_offsets] = t;
   TORCH_CHECK(
       input.dim() >= 1 && out.dim() >= 1,
       "symmwin.",
@@ -128,18 +118,12 @@ void check_var_tables(
 
 } // namespace
 
-void check_var(
-    const char* op,
-    const VarShape& v,
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& splits,
-    const at::Tensor& out_splits_offsets) {
+void check_var(const char* op, const VarShape& v, const VarTensors& t) {
   const char* splits_name =
       v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
-  check_var_placement(op, splits_name, input, out, splits, out_splits_offsets);
-  check_var_types(op, input, out, splits, out_splits_offsets);
-  check_var_tables(op, v, splits, out_splits_offsets);
+  check_var_placement(op, splits_name, t);
+  check_var_types(op, t);
+  check_var_tables(op, v, t.splits, t.out_splits_offsets);
   // major_align and the tables' lengths (which depend on the group) are the core's.
 }
 

@@ -28,14 +28,17 @@ struct VarShape {
   int64_t major_align;
 };
 
+// The tensors of an all-to-all-v call: `splits` is in_splits (in_splits_offsets for
+// the combine shape).
+struct VarTensors {
+  const at::Tensor& input;
+  const at::Tensor& out;
+  const at::Tensor& splits;
+  const at::Tensor& out_splits_offsets;
+};
+
 // Checks shared by the real and the Meta kernels.
-void check_var(
-    const char* op,
-    const VarShape& v,
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& splits,
-    const at::Tensor& out_splits_offsets);
+void check_var(const char* op, const VarShape& v, const VarTensors& t);
 
 void check_all_to_all(const at::Tensor& input, const at::Tensor& out);
 

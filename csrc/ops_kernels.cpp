@@ -29,83 +29,44 @@ using namespace symmwin_torch;
 // ---------------------------------------------------------------------------
 // The all-to-all-v family.
 
-void all_to_all_v(
-    const char* op,
-    const VarShape& v,
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& splits,
-    const at::Tensor& out_splits_offsets,
-    const std::string& group) {
-  check_var(op, v, input, out, splits, out_splits_offsets);
-  const auto in = bind_tensor(input, group, op, "input", bytes(input));
-  const auto o = bind_tensor(out, group, op, "out", bytes(out));
-  const auto s = bind_tensor(splits, group, op, "in_splits", bytes(splits));
-  const auto so =
-      bind_tensor(out_splits_offsets, group, op, "out_splits_offsets", bytes(out_splits_offsets));
-  const auto opts = options_for(input);
+void all_to_all_v(const char* op, const VarShape& v, const VarTensors& t, const std::string& group) {
+  check_var(op, v, t);
+  const char* splits_name = v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
+  const auto bind = [&](const at::Tensor& tensor, const char* what) {
+    return bind_tensor(tensor, {op, group}, what, bytes(tensor));
+  };
+  const auto in = bind(t.input, "input");
+  const auto o = bind(t.out, "out");
+  const auto s = bind(t.splits, splits_name);
+  const auto so = bind(t.out_splits_offsets, "out_splits_offsets");
+  const auto opts = options_for(t.input);
+  const auto row_bytes = static_cast<size_t>(t.input.stride(0)) * t.input.element_size();
+  const auto in_rows = static_cast<size_t>(t.input.size(0));
+  const auto out_rows = static_cast<size_t>(t.out.size(0));
   check_op(op, without_gil([&] {
-          return symmwin_op_all_to_all_v(
-              v.shape,
-              v.major_align,
-              in.operand,
-              o.operand,
-              s.operand,
-              so.operand,
-              static_cast<size_t>(input.stride(0)) * input.element_size(),
-              static_cast<size_t>(input.size(0)),
-              static_cast<size_t>(out.size(0)),
-              &opts);
+          return symmwin_op_all_to_all_v(v.shape, v.major_align, in.operand, o.operand, s.operand,
+                                         so.operand, row_bytes, in_rows, out_rows, &opts);
         }));
 }
 
-void all_to_all_vdev(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits,
-    const at::Tensor& out_splits_offsets,
-    std::string group_name) {
-  all_to_all_v(
-      "all_to_all_vdev",
-      {SYMMWIN_A2A_FLAT, 1},
-      input,
-      out,
-      in_splits,
-      out_splits_offsets,
-      group_name);
+void all_to_all_vdev(const at::Tensor& input, const at::Tensor& out, const at::Tensor& in_splits,
+                     const at::Tensor& out_splits_offsets, std::string group_name) {
+  all_to_all_v("all_to_all_vdev", {SYMMWIN_A2A_FLAT, 1},
+               {input, out, in_splits, out_splits_offsets}, group_name);
 }
 
-void all_to_all_vdev_2d(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits,
-    const at::Tensor& out_splits_offsets,
-    std::string group_name,
-    std::optional<int64_t> major_align) {
-  all_to_all_v(
-      "all_to_all_vdev_2d",
-      {SYMMWIN_A2A_DISPATCH, major_align.value_or(1)},
-      input,
-      out,
-      in_splits,
-      out_splits_offsets,
-      group_name);
+void all_to_all_vdev_2d(const at::Tensor& input, const at::Tensor& out,
+                        const at::Tensor& in_splits, const at::Tensor& out_splits_offsets,
+                        std::string group_name, std::optional<int64_t> major_align) {
+  all_to_all_v("all_to_all_vdev_2d", {SYMMWIN_A2A_DISPATCH, major_align.value_or(1)},
+               {input, out, in_splits, out_splits_offsets}, group_name);
 }
 
-void all_to_all_vdev_2d_offset(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits_offsets,
-    const at::Tensor& out_splits_offsets,
-    std::string group_name) {
-  all_to_all_v(
-      "all_to_all_vdev_2d_offset",
-      {SYMMWIN_A2A_COMBINE, 0},
-      input,
-      out,
-      in_splits_offsets,
-      out_splits_offsets,
-      group_name);
+void all_to_all_vdev_2d_offset(const at::Tensor& input, const at::Tensor& out,
+                               const at::Tensor& in_splits_offsets,
+                               const at::Tensor& out_splits_offsets, std::string group_name) {
+  all_to_all_v("all_to_all_vdev_2d_offset", {SYMMWIN_A2A_COMBINE, 0},
+               {input, out, in_splits_offsets, out_splits_offsets}, group_name);
 }
 
 // ---------------------------------------------------------------------------
@@ -113,8 +74,8 @@ void all_to_all_vdev_2d_offset(
 
 void all_to_all_into(const at::Tensor& input, const at::Tensor& out, std::string group_name) {
   check_all_to_all(input, out);
-  const auto in = bind_tensor(input, group_name, "all_to_all", "input", bytes(input));
-  const auto o = bind_tensor(out, group_name, "all_to_all", "out", bytes(out));
+  const auto in = bind_tensor(input, {"all_to_all", group_name}, "input", bytes(input));
+  const auto o = bind_tensor(out, {"all_to_all", group_name}, "out", bytes(out));
   const auto opts = options_for(input);
   // The core splits elements, not bytes, among the ranks.
   const auto elem_size = static_cast<size_t>(input.element_size());
@@ -128,7 +89,7 @@ at::Tensor all_to_all(const at::Tensor& input, at::Tensor out, std::string group
 
 void broadcast_into(const at::Tensor& input, int64_t root, std::string group_name) {
   require_contiguous("broadcast", input, "input");
-  const auto b = bind_tensor(input, group_name, "broadcast", "input", bytes(input));
+  const auto b = bind_tensor(input, {"broadcast", group_name}, "input", bytes(input));
   const auto opts = options_for(input);
   // Ranks cross the C ABI at their full 64 bits: the core range-checks them.
   check_op("broadcast", without_gil([&] { return symmwin_op_broadcast(b.operand, root, &opts); }));
@@ -233,10 +194,10 @@ void reduce_tiles(
   std::vector<Bound> bound;
   std::vector<SymmwinOperand> ins;
   for (const auto& t : tiles) {
-    bound.push_back(bind_tensor(t, group, op, "in_tile", extent));
+    bound.push_back(bind_tensor(t, {op, group}, "in_tile", extent));
     ins.push_back(bound.back().operand);
   }
-  const auto o = bind_tensor(out_tile, group, op, "out_tile", extent);
+  const auto o = bind_tensor(out_tile, {op, group}, "out_tile", extent);
   const auto opts = options_for(out_tile);
   check_op(op, without_gil([&] {
           return symmwin_op_tile_reduce(

@@ -20,44 +20,23 @@ using symmwin_torch::check_tile;
 using symmwin_torch::check_var;
 using Handle = c10::intrusive_ptr<c10d::symmetric_memory::SymmetricMemory>;
 
-void meta_vdev(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits,
-    const at::Tensor& out_splits_offsets,
-    std::string) {
-  check_var("all_to_all_vdev", {SYMMWIN_A2A_FLAT, 1}, input, out, in_splits, out_splits_offsets);
+void meta_vdev(const at::Tensor& input, const at::Tensor& out, const at::Tensor& in_splits,
+               const at::Tensor& out_splits_offsets, std::string) {
+  check_var("all_to_all_vdev", {SYMMWIN_A2A_FLAT, 1}, {input, out, in_splits, out_splits_offsets});
 }
 
-void meta_vdev_2d(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits,
-    const at::Tensor& out_splits_offsets,
-    std::string,
-    std::optional<int64_t> major_align) {
-  check_var(
-      "all_to_all_vdev_2d",
-      {SYMMWIN_A2A_DISPATCH, major_align.value_or(1)},
-      input,
-      out,
-      in_splits,
-      out_splits_offsets);
+void meta_vdev_2d(const at::Tensor& input, const at::Tensor& out, const at::Tensor& in_splits,
+                  const at::Tensor& out_splits_offsets, std::string,
+                  std::optional<int64_t> major_align) {
+  check_var("all_to_all_vdev_2d", {SYMMWIN_A2A_DISPATCH, major_align.value_or(1)},
+            {input, out, in_splits, out_splits_offsets});
 }
 
-void meta_vdev_2d_offset(
-    const at::Tensor& input,
-    const at::Tensor& out,
-    const at::Tensor& in_splits_offsets,
-    const at::Tensor& out_splits_offsets,
-    std::string) {
-  check_var(
-      "all_to_all_vdev_2d_offset",
-      {SYMMWIN_A2A_COMBINE, 0},
-      input,
-      out,
-      in_splits_offsets,
-      out_splits_offsets);
+void meta_vdev_2d_offset(const at::Tensor& input, const at::Tensor& out,
+                         const at::Tensor& in_splits_offsets,
+                         const at::Tensor& out_splits_offsets, std::string) {
+  check_var("all_to_all_vdev_2d_offset", {SYMMWIN_A2A_COMBINE, 0},
+            {input, out, in_splits_offsets, out_splits_offsets});
 }
 
 at::Tensor meta_all_to_all(const at::Tensor& input, at::Tensor out, std::string) {

@@ -89,12 +89,8 @@ int64_t swap_engine(int64_t code) {
   return before;
 }
 
-Bound bind_tensor(
-    const at::Tensor& t,
-    const std::string& group,
-    const char* op,
-    const char* what,
-    size_t len) {
+Bound bind_tensor(const at::Tensor& t, const OpSite& site, const char* what, size_t len) {
+  const auto& [op, group] = site;
   TORCH_CHECK(t.defined(), "symmwin.", op, ": ", what, " is undefined");
   // Every call after a tensor's first: its window is in the core's registry, so one
   // lookup replaces torch's rendezvous (group resolution, a new handle per operand).

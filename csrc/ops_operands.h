@@ -38,12 +38,13 @@ struct Bound {
   SymmwinOperand operand;
 };
 
-Bound bind_tensor(
-    const at::Tensor& t,
-    const std::string& group,
-    const char* op,
-    const char* what,
-    size_t len);
+// The op a tensor is bound for, by name, and the group it runs on.
+struct OpSite {
+  const char* op;
+  const std::string& group;
+};
+
+Bound bind_tensor(const at::Tensor& t, const OpSite& site, const char* what, size_t len);
 
 // For one-sided ops: the window the tensor already has on the world group. A
 // rendezvous is collective, and a one-sided op is called by one rank only, so it must
