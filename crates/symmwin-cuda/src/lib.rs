@@ -34,6 +34,7 @@ mod context;
 mod driver;
 mod exit_marks;
 mod fabric_domain;
+mod kernel_module;
 mod map_batch;
 mod memory;
 mod nvml;

@@ -17,6 +17,7 @@ use cudarc::driver::sys;
 use super::context::PrimaryContext;
 use super::driver::{self, DriverError, PhaseExt};
 use super::exit_marks::DeviceExitMarks;
+use super::kernel_module::Module;
 use super::signal_params::SignalParams;
 use super::timeout_record::{self, HostRecord, WaitOp, WaitReport};
 use symmwin_device::error::{Error, ErrorKind, Phase, Result};
@@ -317,8 +318,10 @@ struct Kernels {
     barrier: sys::CUfunction,
     put: sys::CUfunction,
     wait: sys::CUfunction,
+    /// Declared before the record it writes into: dropped first, it waits for its
+    /// kernels before it unloads.
+    _module: Module,
     record: HostRecord,
-    module: Module,
 }
 
 // SAFETY: CUfunction handles are immutable driver tokens usable from any thread; the
@@ -346,60 +349,8 @@ impl Kernels {
             put: module.function(c"symmwin_put_signal")?,
             wait: module.function(c"symmwin_wait_signal")?,
             record,
-            module,
+            _module: module,
         })
-    }
-}
-
-impl Drop for Kernels {
-    fn drop(&mut self) {
-        // A kernel still spinning would write into the freed record or run from an
-        // unloaded module.
-        self.module
-            .ctx
-            .synchronize_in_drop("synchronising before unloading signal kernels");
-    }
-}
-
-/// A loaded PTX module, unloaded on drop (also the ops kernels' module).
-#[derive(Debug)]
-pub(super) struct Module {
-    pub(super) ctx: Arc<PrimaryContext>,
-    raw: sys::CUmodule,
-}
-
-impl Module {
-    pub(super) fn load(
-        ctx: &Arc<PrimaryContext>,
-        ptx: &CStr,
-    ) -> std::result::Result<Self, DriverError> {
-        let _guard = ctx.enter()?;
-        // SAFETY: our context is current; Drop unloads the module in the same context.
-        let raw = unsafe { driver::module_load_data(ptx) }?;
-        Ok(Module {
-            ctx: Arc::clone(ctx),
-            raw,
-        })
-    }
-
-    /// A kernel of the module; valid while the module is, which its owner guarantees by
-    /// keeping both together.
-    pub(super) fn function(
-        &self,
-        name: &CStr,
-    ) -> std::result::Result<sys::CUfunction, DriverError> {
-        // SAFETY: the module is live; its owner keeps it alive as long as the handle.
-        unsafe { driver::module_get_function(self.raw, name) }
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        // SAFETY: the module is ours and its owner's Drop waited for its kernels.
-        let unload = || unsafe { driver::module_unload(self.raw) };
-        let what = "unloading a kernel module";
-        self.ctx
-            .release_in_drop(tracing::Level::DEBUG, what, unload);
     }
 }
 

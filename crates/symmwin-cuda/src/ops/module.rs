@@ -11,8 +11,8 @@ use cudarc::driver::sys;
 
 use super::super::context::PrimaryContext;
 use super::super::driver::DriverError;
+use super::super::kernel_module::Module;
 use super::super::pinned::Pinned;
-use super::super::signals::Module;
 use super::params::{OpsError, WaitOp, ERR_BAD_SPLIT, ERR_MISMATCH, ERR_OVERFLOW, UNKNOWN_RANK};
 use symmwin_device::error::{Error, ErrorKind, Phase, Result};
 
@@ -62,8 +62,10 @@ pub(super) struct OpsKernels {
     pub wait_value: sys::CUfunction,
     pub handshake: sys::CUfunction,
     pub tile_reduce: sys::CUfunction,
+    /// Declared before the record its kernels write into: dropped first, it waits for
+    /// them before it unloads.
+    _module: Module,
     pub record: FailureRecord,
-    module: Module,
 }
 
 // SAFETY: CUfunction handles are immutable driver tokens usable from any thread; the
@@ -92,18 +94,8 @@ impl OpsKernels {
             handshake: module.function(c"symmwin_ops_handshake")?,
             tile_reduce: module.function(c"symmwin_ops_tile_reduce")?,
             record,
-            module,
+            _module: module,
         })
-    }
-}
-
-impl Drop for OpsKernels {
-    fn drop(&mut self) {
-        // A kernel still waiting would write into the freed record or run from an
-        // unloaded module.
-        self.module
-            .ctx
-            .synchronize_in_drop("synchronising before unloading the ops kernels");
     }
 }
 
