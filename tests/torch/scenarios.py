@@ -494,12 +494,9 @@ def gpu_timeout_alone(ctx):
 
 
 def _graph_of(fn):
-    """`fn` captured in a CUDA graph, after one eager warm-up on a side stream."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
+    """`fn` captured in a CUDA graph, after one eager call (which sets up what the
+    capture must not: the op's window lookup, its kernels' module)."""
+    fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

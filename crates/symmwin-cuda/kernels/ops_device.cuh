@@ -50,27 +50,23 @@ __device__ void record_split_failure(const OpsParams& p, uint32_t kind, uint32_t
   }
 }
 
-// Rows that do not fit `out`: nothing has been copied; stop here.
-__device__ __noinline__ void fail_overflow(const OpsParams& p, uint32_t peer, int64_t rows,
-                                           int64_t offset, int64_t room) {
-  record_split_failure(p, SYMMWIN_OPS_ERR_OVERFLOW, peer, rows, room);
-  printf("symmwin: device %s on rank %u: %lld rows from rank %u at row %lld do not fit out "
-         "(room for %lld rows); nothing was copied; trapping, the CUDA context is lost and "
-         "the process must exit\n",
-         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
-         static_cast<long long>(offset), static_cast<long long>(room));
-  trap_after_print();
-}
-
-// A split or offset this rank sends that is negative or reaches past its own input.
-__device__ __noinline__ void fail_bad_split(const OpsParams& p, uint32_t peer, int64_t rows,
-                                            int64_t end, int64_t room) {
-  record_split_failure(p, SYMMWIN_OPS_ERR_BAD_SPLIT, peer, rows, room);
-  printf("symmwin: device %s on rank %u: a split of %lld rows for rank %u ends at row %lld, "
-         "outside the input (%lld rows) or negative; nothing was sent; trapping, the CUDA "
-         "context is lost and the process must exit\n",
-         symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
-         static_cast<long long>(end), static_cast<long long>(room));
+// A split-table entry that cannot be honoured; stop here. SYMMWIN_OPS_ERR_OVERFLOW:
+// `rows` from `peer` at row `row` do not fit `out` (room for `room` rows), nothing has
+// been copied. SYMMWIN_OPS_ERR_BAD_SPLIT: a split of `rows` this rank sends `peer` ends
+// at row `row`, negative or past its own input of `room` rows, nothing has been sent.
+__device__ __noinline__ void fail_split(const OpsParams& p, uint32_t kind, uint32_t peer,
+                                        int64_t rows, int64_t row, int64_t room) {
+  record_split_failure(p, kind, peer, rows, room);
+  const char* format =
+      kind == SYMMWIN_OPS_ERR_OVERFLOW
+          ? "symmwin: device %s on rank %u: %lld rows from rank %u at row %lld do not fit "
+            "out (room for %lld rows); nothing was copied; trapping, the CUDA context is "
+            "lost and the process must exit\n"
+          : "symmwin: device %s on rank %u: a split of %lld rows for rank %u ends at row "
+            "%lld, outside the input (%lld rows) or negative; nothing was sent; trapping, "
+            "the CUDA context is lost and the process must exit\n";
+  printf(format, symmwin::op_name(p.wait.op), p.rank, static_cast<long long>(rows), peer,
+         static_cast<long long>(row), static_cast<long long>(room));
   trap_after_print();
 }
 
@@ -133,23 +129,13 @@ __device__ __forceinline__ void signal_peer(const OpsParams& p, uint32_t dst, ui
   }
 }
 
-// One thread waits for `src`'s signal on `channel`; its later reads are ordered after it.
-__device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
-  uint32_t seen;
-  const uint64_t waited =
-      timed_take_fingerprint(p, pad_slot(p, p.rank, channel, src), src, channel, &seen);
-  if (waited != 0) {
-    const uint32_t late[1] = {src};
-    symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
-  }
-  if (seen != p.fingerprint) {
-    fail_mismatch(p, src, seen);
-  }
-}
+// No peer waits for an answer to this wait (see wait_peer_answering).
+constexpr uint32_t kNoAnswer = 0xffffffffu;
 
-// wait_peer for a peer that will itself wait for our answer on `answer_channel`: on a
-// mismatch our fingerprint goes there first, so that peer's wait fails too, naming
-// this rank, instead of waiting out its timeout for an answer that never comes.
+// One thread waits for `src`'s signal on `channel`; its later reads are ordered after
+// it. When `src` will itself wait for our answer on `answer_channel`, a mismatch sends
+// our fingerprint there first, so that peer's wait fails too, naming this rank,
+// instead of waiting out its timeout for an answer that never comes.
 __device__ __forceinline__ void wait_peer_answering(const OpsParams& p, uint32_t src,
                                                     uint32_t channel, uint32_t answer_channel) {
   uint32_t seen;
@@ -160,9 +146,15 @@ __device__ __forceinline__ void wait_peer_answering(const OpsParams& p, uint32_t
     symmwin::report_and_trap(p.wait, channel, late, 1, 1, waited, 0);
   }
   if (seen != p.fingerprint) {
-    signal_peer(p, src, answer_channel);
+    if (answer_channel != kNoAnswer) {
+      signal_peer(p, src, answer_channel);
+    }
     fail_mismatch(p, src, seen);
   }
+}
+
+__device__ __forceinline__ void wait_peer(const OpsParams& p, uint32_t src, uint32_t channel) {
+  wait_peer_answering(p, src, channel, kNoAnswer);
 }
 
 // Thread 0 of the block signals `peer` after every thread of the block is done.

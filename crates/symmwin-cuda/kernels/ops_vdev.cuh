@@ -150,10 +150,10 @@ __device__ __forceinline__ int64_t checked_own_split(const OpsParams& p, const c
   if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
     const int64_t off = load_i64(own + (n + i) * sizeof(int64_t));
     if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
-      fail_bad_split(p, i % p.world, rows, off + rows, in_rows);
+      fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i % p.world, rows, off + rows, in_rows);
     }
   } else if (rows < 0 || rows > in_rows) {
-    fail_bad_split(p, i / p.experts, rows, rows, in_rows);
+    fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, rows, in_rows);
   }
   return rows;
 }
@@ -169,7 +169,7 @@ __device__ void check_sent_total(const OpsParams& p, const char* own, int64_t se
   for (uint32_t i = 0; i < p.world * p.experts; ++i) {
     const int64_t rows = load_i64(own + i * sizeof(int64_t));
     if (rows > in_rows - end) {
-      fail_bad_split(p, i / p.experts, rows, end + rows, in_rows);
+      fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, end + rows, in_rows);
     }
     end += rows;
   }
@@ -319,7 +319,7 @@ __device__ void plan_offsets(const OpsParams& p) {
     const int64_t rows = vdev_splits[i];
     const int64_t off = vdev_offsets[i];
     if (off + rows > room) {
-      fail_overflow(p, source_of(p, i), rows, off, room);
+      fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, i), rows, off, room);
     }
   }
 }
