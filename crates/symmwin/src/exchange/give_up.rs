@@ -177,3 +177,80 @@ fn encode_blame(blames: Option<usize>) -> u64 {
 pub(super) fn decode_blame(encoded: u64) -> Option<usize> {
     encoded.checked_sub(1).and_then(|b| usize::try_from(b).ok())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::exchange::PeerAddress;
+    use symmwin_device::provider::Provider;
+
+    const GROUP: u64 = 7;
+    const SIZE: usize = 4096;
+
+    /// Two endpoints of one process, as ranks 0 and 1, and each one's address.
+    fn pair(dir: &std::path::Path) -> ([Endpoint; 2], Vec<PeerAddress>) {
+        let endpoints = [0, 1].map(|label| Endpoint::bind(dir, label).unwrap());
+        let peers = endpoints
+            .iter()
+            .map(|e| PeerAddress {
+                socket: e.path().to_owned(),
+                pid: std::process::id(),
+                token: e.token(),
+            })
+            .collect();
+        (endpoints, peers)
+    }
+
+    /// A peer's message for call 1 came during call 0, and its notice that it gave call 1
+    /// up came only after call 0 returned: call 1 fails here instead of completing from
+    /// the message of a call its sender abandoned.
+    #[test]
+    fn a_notice_behind_a_message_that_came_early_fails_the_call() {
+        let dir = std::env::temp_dir().join(format!("symmwin-early-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let ([mut ours, mut theirs], peers) = pair(&dir);
+        let memory = symmwin_host::HostProvider::new().create(SIZE).unwrap();
+        let handle = memory.export().unwrap();
+        let round = |seq, rank, targets| Round {
+            group: GROUP,
+            seq,
+            rank,
+            peers: &peers,
+            targets,
+            physical_size: SIZE as u64,
+        };
+        let brief = Duration::from_millis(20);
+        // Rank 1 sends its handles of calls 0 and 1 (nobody answers yet).
+        for seq in [0, 1] {
+            let sent = theirs.all_gather(&round(seq, 1, &[0]), &handle, brief);
+            assert!(sent.unwrap_err().is_timeout());
+        }
+        let call_0 = ours.all_gather(&round(0, 0, &[1]), &handle, Duration::from_secs(5));
+        assert!(call_0.is_ok(), "{call_0:?}");
+        let notice = GaveUp {
+            seq: 1,
+            rank: 1,
+            blames: None,
+        };
+        theirs.tell_give_up(GROUP, notice, &peers);
+        let call_1 = ours.all_gather(&round(1, 0, &[1]), &handle, Duration::from_secs(5));
+        let error = call_1.expect_err("call 1 completed from an abandoned call's message");
+        assert!(
+            matches!(
+                error.kind(),
+                ErrorKind::OutOfStep {
+                    since: 1,
+                    rank: 1,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        drop((ours, theirs));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -194,14 +194,12 @@ impl Endpoint {
                 self.receive_queued(round, traded)?;
                 return Err(exited_or_lost(round, lost));
             }
-            let missing: Vec<usize> = round
-                .targets
-                .iter()
-                .copied()
-                .filter(|&r| !traded.has(awaited, r))
-                .collect();
+            let missing = traded.missing(round.targets, awaited);
             if missing.is_empty() && full.is_empty() {
-                return Ok(());
+                // A peer's message for this call may have come before the call began
+                // (see `early`) and its notice that it gave the call up after: that
+                // notice is read before the call can say ok.
+                return self.receive_queued(round, traded);
             }
             let now = Instant::now();
             if now >= deadline {

@@ -68,6 +68,12 @@ impl Traded {
             Awaited::Handles => self.handles[rank].is_some(),
         }
     }
+
+    /// The ranks of `targets` whose `awaited` part has not come yet.
+    pub(super) fn missing(&self, targets: &[usize], awaited: Awaited) -> Vec<usize> {
+        let missing = targets.iter().copied();
+        missing.filter(|&r| !self.has(awaited, r)).collect()
+    }
 }
 
 /// What a call of [`Endpoint::trade`] waits for from every target.
