@@ -50,10 +50,10 @@ __device__ void check_own_splits(const OpsParams& p) {
     if (offsets) {
       const int64_t off = load_i64(t + (n + i) * sizeof(int64_t));
       if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
-        fail_bad_split(p, i % p.world, rows, off + rows, in_rows);
+        fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i % p.world, rows, off + rows, in_rows);
       }
     } else if (rows < 0 || rows > in_rows) {
-      fail_bad_split(p, i / p.experts, rows, rows, in_rows);
+      fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, rows, in_rows);
     }
     acc += rows;
   }
@@ -73,7 +73,7 @@ __device__ void check_own_splits(const OpsParams& p) {
     for (uint32_t i = 0; i < n; ++i) {
       const int64_t rows = load_i64(t + i * sizeof(int64_t));
       if (rows > in_rows - end) {
-        fail_bad_split(p, i / p.experts, rows, end + rows, in_rows);
+        fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, end + rows, in_rows);
       }
       end += rows;
     }
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       out_offsets[i] = off;
       if (off + rows > room) {
         const uint32_t src = p.mode == SYMMWIN_A2AV_2D_OFFSET ? m : c;
-        fail_overflow(p, src, rows, off, room);
+        fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, src, rows, off, room);
       }
       off += rows;
     }
