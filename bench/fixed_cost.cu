@@ -80,6 +80,45 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
             blockIdx.x, gridDim.x);
 }
 
+// The fused all_to_all_vdev kernel at world 1 (every block serves this rank's own rows),
+// stopped after stage `kStages` of 5: 1 gather and check the split tables, 2 plan where
+// every split lands, 3 write out_splits_offsets, 4 this block's segments, 5 copy. Each
+// row's difference from the one above is what that stage costs. `kSmem` = false: the
+// same kernel without the plan's static shared memory (an empty kernel otherwise).
+template <int kStages>
+__global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_constant__ OpsParams p) {
+  using namespace symmwin_ops;
+  const uint32_t s = p.rank;
+  const uint32_t part = blockIdx.x % p.blocks_per_peer;
+  const int64_t base = gather_plan(p, s, true);
+  if (kStages < 2) return;
+  plan_offsets(p);
+  if (kStages < 3) return;
+  if (blockIdx.x == 0) write_out_splits_offsets(p);
+  if (kStages < 4) return;
+  const int64_t total = segments_of(p, s, base);
+  if (kStages < 5) return;
+  int64_t lo, hi;
+  share(total, part, p.blocks_per_peer, &lo, &hi);
+  copy_rows(p, s, total, lo, hi);
+}
+
+// An empty kernel that holds the plan's static shared memory (44 KiB a block).
+extern "C" __global__ void __launch_bounds__(kThreads) probe_empty_plan_smem(const __grid_constant__ OpsParams p) {
+  if (threadIdx.x == 0 && p.bytes == 1) symmwin_ops::vdev_splits[0] = 1;
+}
+
+// One acquire load of a split table at system scope per block (thread 0), as the plan
+// reads every table, beside the same load relaxed at GPU scope.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_acquire_sys(const __grid_constant__ OpsParams p) {
+  if (threadIdx.x == 0 && symmwin_ops::load_acquire_i64(reinterpret_cast<const char*>(p.src_splits.base)) == -7)
+    asm volatile("trap;");
+}
+extern "C" __global__ void __launch_bounds__(kThreads) probe_load_plain(const __grid_constant__ OpsParams p) {
+  if (threadIdx.x == 0 && symmwin_ops::load_i64(reinterpret_cast<const char*>(p.src_splits.base)) == -7)
+    asm volatile("trap;");
+}
+
 // ---------------------------------------------------------------------------------
 // Host side
 
@@ -282,6 +321,26 @@ static void launch_vdev(bool fused, const OpsParams& p, cudaStream_t s) {
   }
 }
 
+// The fused kernel's world-1 stages at `v`'s grid, and what its parts cost alone.
+static void vdev_stages(const OpsParams& v, cudaStream_t s) {
+  auto k = [&](const void* fn, uint32_t grid) {
+    return [=](cudaStream_t st) { kernel(fn, grid, v, st); };
+  };
+  const uint32_t grid = v.blocks_per_peer;
+  row("  empty kernel, vdev grid", k(reinterpret_cast<const void*>(probe_empty), grid), s);
+  row("  empty kernel, vdev grid, + the plan's 44 KiB static shared memory",
+      k(reinterpret_cast<const void*>(probe_empty_plan_smem), grid), s);
+  row("  + one system-scope acquire load a block", k(reinterpret_cast<const void*>(probe_acquire_sys), grid), s);
+  row("  + one plain load a block instead", k(reinterpret_cast<const void*>(probe_load_plain), grid), s);
+  row("  stage 1: gather and check the tables", k(reinterpret_cast<const void*>(probe_a2av_stages<1>), grid), s);
+  row("  stage 2: + plan the offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<2>), grid), s);
+  row("  stage 3: + write out_splits_offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<3>), grid), s);
+  row("  stage 4: + this block's segments", k(reinterpret_cast<const void*>(probe_a2av_stages<4>), grid), s);
+  row("  stage 5: + copy (the whole op at world 1)", k(reinterpret_cast<const void*>(probe_a2av_stages<5>), grid), s);
+  row("  the fused kernel, 1 block", k(reinterpret_cast<const void*>(symmwin_ops_a2av), 1), s);
+  row("  stage 5 probe, 1 block", k(reinterpret_cast<const void*>(probe_a2av_stages<5>), 1), s);
+}
+
 // Checks out_splits_offsets and every received row of `c` after the op ran.
 static bool check_vdev(const VdevCase& c, const VdevBuffers& b, const char* what) {
   std::vector<int64_t> want_so, from;
@@ -415,6 +474,7 @@ static void probes(cudaStream_t s) {
   row("+ loads 4 KiB", k(probe_load, 1), s);
   row("+ stores 4 KiB", k(probe_store, 1), s);
   row("+ loads and stores 4 KiB (least SM copy)", k(probe_copy, 1), s);
+  row("+ copy_part of 4 KiB (the ops' copy loop, 1 block)", k(probe_copy_grid, 1), s);
   row("symmwin_ops_all_to_all, 4 KiB", k(symmwin_ops_all_to_all, 1), s);
   row("cudaMemcpyAsync 4 KiB (memcpy node)",
       [&](cudaStream_t st) { CHECK(cudaMemcpyAsync(b.p, a.p, kib4, cudaMemcpyDeviceToDevice, st)); }, s);
@@ -441,6 +501,7 @@ static void probes(cudaStream_t s) {
     eq.blocks_per_peer = static_cast<uint32_t>(std::min<size_t>(256, (bytes + 32767) / 32768));
     const std::string size = bytes == kib4 ? "4 KiB" : "64 MiB";
     row(("all_to_all_vdev fused (one launch), " + size).c_str(), [=](cudaStream_t st) { launch_vdev(true, v, st); }, s);
+    if (bytes == kib4) vdev_stages(v, s);
     row(("all_to_all_vdev plan + data (two launches), " + size).c_str(),
         [=](cudaStream_t st) { launch_vdev(false, v, st); }, s);
     row(("symmwin_ops_all_to_all, " + size).c_str(),
