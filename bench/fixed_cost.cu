@@ -83,8 +83,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
 // The fused all_to_all_vdev kernel at world 1 (every block serves this rank's own rows),
 // stopped after stage `kStages` of 5: 1 gather and check the split tables, 2 plan where
 // every split lands, 3 write out_splits_offsets, 4 this block's segments, 5 copy. Each
-// row's difference from the one above is what that stage costs. `kSmem` = false: the
-// same kernel without the plan's static shared memory (an empty kernel otherwise).
+// row's difference from the one above is what that stage costs.
 template <int kStages>
 __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_constant__ OpsParams p) {
   using namespace symmwin_ops;
@@ -109,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_empty_plan_smem(con
 }
 
 // One acquire load of a split table at system scope per block (thread 0), as the plan
-// reads every table, beside the same load relaxed at GPU scope.
+// reads every table, beside the volatile load (load_i64) the own-table check uses.
 extern "C" __global__ void __launch_bounds__(kThreads) probe_acquire_sys(const __grid_constant__ OpsParams p) {
   if (threadIdx.x == 0 && symmwin_ops::load_acquire_i64(reinterpret_cast<const char*>(p.src_splits.base)) == -7)
     asm volatile("trap;");

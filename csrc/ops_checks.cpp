@@ -119,9 +119,7 @@ void check_var_tables(
 } // namespace
 
 void check_var(const char* op, const VarShape& v, const VarTensors& t) {
-  const char* splits_name =
-      v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
-  check_var_placement(op, splits_name, t);
+  check_var_placement(op, v.splits_name(), t);
   check_var_types(op, t);
   check_var_tables(op, v, t.splits, t.out_splits_offsets);
   // major_align and the tables' lengths (which depend on the group) are the core's.

@@ -3,6 +3,8 @@
 // kernels.
 #pragma once
 
+#include <symmwin.h>
+
 #include <ATen/ATen.h>
 
 #include <cstddef>
@@ -26,6 +28,12 @@ void require_device(
 struct VarShape {
   int shape;
   int64_t major_align;
+
+  // torch's name of the split table the caller passes: in_splits, or
+  // in_splits_offsets for the combine shape.
+  const char* splits_name() const {
+    return shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
+  }
 };
 
 // The tensors of an all-to-all-v call: `splits` is in_splits (in_splits_offsets for

@@ -31,13 +31,12 @@ using namespace symmwin_torch;
 
 void all_to_all_v(const char* op, const VarShape& v, const VarTensors& t, const std::string& group) {
   check_var(op, v, t);
-  const char* splits_name = v.shape == SYMMWIN_A2A_COMBINE ? "in_splits_offsets" : "in_splits";
   const auto bind = [&](const at::Tensor& tensor, const char* what) {
     return bind_tensor(tensor, {op, group}, what, bytes(tensor));
   };
   const auto in = bind(t.input, "input");
   const auto o = bind(t.out, "out");
-  const auto s = bind(t.splits, splits_name);
+  const auto s = bind(t.splits, v.splits_name());
   const auto so = bind(t.out_splits_offsets, "out_splits_offsets");
   const auto opts = options_for(t.input);
   const auto row_bytes = static_cast<size_t>(t.input.stride(0)) * t.input.element_size();

@@ -454,29 +454,28 @@ mod tests {
 
     #[test]
     fn every_bad_value_names_its_variable_its_value_and_what_is_allowed() {
-        // Each case: variable, value and what the refusal must say, split at " | ".
+        // Each case: variable, value, and what the refusal must say.
+        #[rustfmt::skip]
         let cases = [
-            "SYMMWIN_TIMEOUT_MS | -5 | is negative; allowed: a whole number",
-            "SYMMWIN_TIMEOUT_MS | five | is not a number",
-            "SYMMWIN_TIMEOUT_MS | 0 | is zero",
-            "SYMMWIN_TIMEOUT_MS | 99999999999999999999 | is too large",
-            "SYMMWIN_HANDLE_TYPE | nvlink | allowed: auto, fd or fabric",
-            "SYMMWIN_SOCKET_DIR | relative/dir | is a relative path",
-            "SYMMWIN_SOCKET_DIR | /proc/nope | cannot be created: /proc is on a kernel",
-            "SYMMWIN_STORE_DIR | /etc/passwd | exists and is not a directory",
-            "SYMMWIN_STORE_DIR | /etc/passwd/x | /etc/passwd is not a directory",
-            "SYMMWIN_LOG | symmwin=loud | is not a log filter",
-            "SYMMWIN_HOST_ID |  node1 | has surrounding whitespace",
-            "SYMMWIN_HOST_ID | node1\n | has surrounding whitespace",
-            "SYMMWIN_HOST_ID | no\tde | control character",
-            "SYMMWIN_OPS_ENGINE | bogus | is not an engine; allowed: auto, sm or copy_engine",
-            "SYMMWIN_DEBUG_FREE | yes | is not a switch; allowed: 0 or 1",
-            "SYMMWIN_AUTOLOAD | on | is not a switch; allowed: 0 or 1",
-            "SYMMWIN_DEBUG_FREE_KEEP | 0 | is zero: at least the last free must be kept; allowed: a whole number",
+            ("SYMMWIN_TIMEOUT_MS", "-5", "is negative; allowed: a whole number"),
+            ("SYMMWIN_TIMEOUT_MS", "five", "is not a number"),
+            ("SYMMWIN_TIMEOUT_MS", "0", "is zero"),
+            ("SYMMWIN_TIMEOUT_MS", "99999999999999999999", "is too large"),
+            ("SYMMWIN_HANDLE_TYPE", "nvlink", "allowed: auto, fd or fabric"),
+            ("SYMMWIN_SOCKET_DIR", "relative/dir", "is a relative path"),
+            ("SYMMWIN_SOCKET_DIR", "/proc/nope", "cannot be created: /proc is on a kernel"),
+            ("SYMMWIN_STORE_DIR", "/etc/passwd", "exists and is not a directory"),
+            ("SYMMWIN_STORE_DIR", "/etc/passwd/x", "/etc/passwd is not a directory"),
+            ("SYMMWIN_LOG", "symmwin=loud", "is not a log filter"),
+            ("SYMMWIN_HOST_ID", " node1", "has surrounding whitespace"),
+            ("SYMMWIN_HOST_ID", "node1\n", "has surrounding whitespace"),
+            ("SYMMWIN_HOST_ID", "no\tde", "control character"),
+            ("SYMMWIN_OPS_ENGINE", "bogus", "is not an engine; allowed: auto, sm or copy_engine"),
+            ("SYMMWIN_DEBUG_FREE", "yes", "is not a switch; allowed: 0 or 1"),
+            ("SYMMWIN_AUTOLOAD", "on", "is not a switch; allowed: 0 or 1"),
+            ("SYMMWIN_DEBUG_FREE_KEEP", "0", "is zero: at least the last free must be kept; allowed: a whole number"),
         ];
-        for case in cases {
-            let [name, value, expected]: [&str; 3] =
-                case.split(" | ").collect::<Vec<_>>().try_into().unwrap();
+        for (name, value, expected) in cases {
             let why = refused(&[(name, value)]);
             let head = format!("{name}={value:?} ");
             assert!(why.starts_with(&head), "{name}={value:?}: {why}");

@@ -71,8 +71,11 @@ impl Traded {
 
     /// The ranks of `targets` whose `awaited` part has not come yet.
     pub(super) fn missing(&self, targets: &[usize], awaited: Awaited) -> Vec<usize> {
-        let missing = targets.iter().copied();
-        missing.filter(|&r| !self.has(awaited, r)).collect()
+        targets
+            .iter()
+            .copied()
+            .filter(|&r| !self.has(awaited, r))
+            .collect()
     }
 }
 
