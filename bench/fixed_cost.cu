@@ -102,6 +102,44 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   copy_rows(p, s, total, lo, hi);
 }
 
+// Whether a kernel's cost grows with the code it runs rather than with its memory
+// traffic: the same mixing rounds (p.experts of them) straight-line (unrolled, every
+// round its own instructions) and in a loop (one round's instructions run again). If
+// instructions are fetched cold at every launch, only the straight-line copy pays it.
+template <bool kStraight>
+__global__ void __launch_bounds__(kThreads) probe_code(const __grid_constant__ OpsParams p) {
+  uint32_t a = p.rank + threadIdx.x, b = p.world + 5, c = p.experts + 7, d = p.mode + 3;
+  auto round = [&](uint32_t i) {
+    a = __funnelshift_l(a, b, i) ^ d;
+    b = __funnelshift_r(b, c, i + 3) + a;
+    c = c * 0x9E3779B1u ^ b;
+    d = __byte_perm(d, c, 0x0123 + i);
+  };
+  if constexpr (kStraight) {
+#pragma unroll
+    for (uint32_t i = 0; i < 256; ++i) round(i);
+  } else {
+#pragma unroll 1
+    for (uint32_t i = 0; i < p.experts; ++i) round(i);
+  }
+  if ((a ^ b ^ c ^ d) == 0x5eed5eedu) asm volatile("trap;");
+}
+
+// Eight block barriers in a row, nothing else.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_barriers(const __grid_constant__ OpsParams p) {
+#pragma unroll 1
+  for (uint32_t i = 0; i < 8; ++i) __syncthreads();
+}
+
+// Two strong system-scope loads, the second at the address the first returned (a
+// dependent chain, as the plan's table reads are), thread 0 of each block.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_two_loads(const __grid_constant__ OpsParams p) {
+  if (threadIdx.x != 0) return;
+  const char* t = reinterpret_cast<const char*>(p.src_splits.base);
+  const int64_t first = symmwin_ops::load_i64(t);
+  if (symmwin_ops::load_i64(t + (first & 8)) == -7) asm volatile("trap;");
+}
+
 // An empty kernel that holds the plan's static shared memory (44 KiB a block).
 extern "C" __global__ void __launch_bounds__(kThreads) probe_empty_plan_smem(const __grid_constant__ OpsParams p) {
   if (threadIdx.x == 0 && p.bytes == 1) symmwin_ops::vdev_splits[0] = 1;
@@ -331,6 +369,16 @@ static void vdev_stages(const OpsParams& v, cudaStream_t s) {
       k(reinterpret_cast<const void*>(probe_empty_plan_smem), grid), s);
   row("  + one system-scope acquire load a block", k(reinterpret_cast<const void*>(probe_acquire_sys), grid), s);
   row("  + one plain load a block instead", k(reinterpret_cast<const void*>(probe_load_plain), grid), s);
+  row("  + two dependent strong loads, thread 0", k(reinterpret_cast<const void*>(probe_two_loads), grid), s);
+  row("  + eight block barriers", k(reinterpret_cast<const void*>(probe_barriers), grid), s);
+  {
+    OpsParams c = v;
+    c.experts = 256;
+    auto code = [&](const void* fn) { return [=](cudaStream_t st) { kernel(fn, grid, c, st); }; };
+    row("  256 mixing rounds, looped (small code)", code(reinterpret_cast<const void*>(probe_code<false>)), s);
+    row("  256 mixing rounds, straight-line (~1000 instructions)",
+        code(reinterpret_cast<const void*>(probe_code<true>)), s);
+  }
   row("  stage 1: gather and check the tables", k(reinterpret_cast<const void*>(probe_a2av_stages<1>), grid), s);
   row("  stage 2: + plan the offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<2>), grid), s);
   row("  stage 3: + write out_splits_offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<3>), grid), s);
