@@ -614,6 +614,75 @@ static void probes(cudaStream_t s) {
   }
 }
 
+// For a profiler (ncu, nsys): the fused kernel, its stages and an empty kernel at the
+// op's grid, 20 eager launches each, 4 KiB; the fused kernel once at 64 MiB; then
+// all_to_all and the least SM copy of 4 KiB, 20 each.
+static void profile_kernels(cudaStream_t s) {
+  Dev a(64 << 20), b(64 << 20), table(8), so(16);
+  for (size_t bytes : {static_cast<size_t>(4096), static_cast<size_t>(64) << 20}) {
+    const int64_t rows = static_cast<int64_t>(bytes / 4096);
+    CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
+    OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
+    v.src = operand(a, bytes);
+    v.dst = operand(b, bytes);
+    v.src_splits = operand(table, 8);
+    v.dst_splits = operand(so, 16);
+    v.row_bytes = 4096;
+    v.experts = 1;
+    v.mode = SYMMWIN_A2AV_1D;
+    v.blocks_per_peer = 128;
+    const void* kernels[] = {
+        reinterpret_cast<const void*>(probe_empty),
+        reinterpret_cast<const void*>(probe_a2av_stages<1>),
+        reinterpret_cast<const void*>(probe_a2av_stages<2>),
+        reinterpret_cast<const void*>(probe_a2av_stages<4>),
+        reinterpret_cast<const void*>(probe_a2av_stages<5>),
+        reinterpret_cast<const void*>(symmwin_ops_a2av),
+    };
+    for (const void* fn : kernels) {
+      if (bytes > 4096 && fn != reinterpret_cast<const void*>(symmwin_ops_a2av)) continue;
+      for (int i = 0; i < (bytes > 4096 ? 1 : 20); ++i) kernel(fn, v.blocks_per_peer, v, s);
+      CHECK(cudaStreamSynchronize(s));
+    }
+  }
+  OpsParams e = base_params(SYMMWIN_OP_ALL_TO_ALL);
+  e.src = operand(a, 4096);
+  e.dst = operand(b, 4096);
+  e.bytes = 4096;
+  e.blocks_per_peer = 1;
+  for (int i = 0; i < 20; ++i) kernel(reinterpret_cast<const void*>(symmwin_ops_all_to_all), 1, e, s);
+  for (int i = 0; i < 20; ++i) kernel(reinterpret_cast<const void*>(probe_copy), 1, e, s);
+  CHECK(cudaStreamSynchronize(s));
+  printf("profiled kernels ran\n");
+}
+
+// The 64 MiB row of probes() alone, small: a graph of `calls` fused launches, replayed
+// twice (for compute-sanitizer; the timed row stops with an illegal access).
+static int vdev64_graph(cudaStream_t s, int calls) {
+  Dev a(64 << 20), b(64 << 20), table(8), so(16);
+  const int64_t rows = (64 << 20) / 4096;
+  CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
+  OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
+  v.src = operand(a, a.n);
+  v.dst = operand(b, b.n);
+  v.src_splits = operand(table, 8);
+  v.dst_splits = operand(so, 16);
+  v.row_bytes = 4096;
+  v.experts = 1;
+  v.mode = SYMMWIN_A2AV_1D;
+  v.blocks_per_peer = 128;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) launch_vdev(true, v, s);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  printf("vdev 64 MiB: a graph of %d launches ran twice\n", calls);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaHostAlloc(&g_record, sizeof(symmwin::TimeoutRecord), cudaHostAllocMapped));
@@ -627,6 +696,13 @@ int main(int argc, char** argv) {
   printf("%s, driver API %d\n", prop.name, driver);
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (argc > 2 && strcmp(argv[1], "--vdev64") == 0) {
+    return vdev64_graph(s, atoi(argv[2]));
+  }
+  if (argc > 1 && strcmp(argv[1], "--profile") == 0) {
+    profile_kernels(s);
+    return 0;
+  }
   int failures = check_eager(s) + check_graph(s);
   if (argc < 2 || strcmp(argv[1], "--check-only") != 0) probes(s);
   CHECK(cudaDeviceSynchronize());

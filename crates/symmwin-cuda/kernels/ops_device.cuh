@@ -233,16 +233,17 @@ __device__ __forceinline__ void st_v4(uint4* p, uint4 v) {
 
 constexpr int kUnroll = 4;
 
-// Part `part` of `parts` (each a block) copies its share of `n` bytes: 16-byte loads
-// and stores, kUnroll in flight per thread, when both ends are 16-byte aligned; bytes
-// otherwise (odd row sizes).
+// Part `part` of `parts` (each a block of kThreads, as every ops kernel is launched)
+// copies its share of `n` bytes: 16-byte loads and stores, kUnroll in flight per
+// thread, when both ends are 16-byte aligned; bytes otherwise (odd row sizes). The
+// tile is a compile-time size, so no 64-bit division runs before the first load.
 __device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part, uint32_t parts) {
   if (n == 0) {
     return;
   }
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) != 0) {
-    for (uint64_t i = static_cast<uint64_t>(part) * blockDim.x + threadIdx.x; i < n;
-         i += static_cast<uint64_t>(parts) * blockDim.x) {
+    for (uint64_t i = static_cast<uint64_t>(part) * kThreads + threadIdx.x; i < n;
+         i += static_cast<uint64_t>(parts) * kThreads) {
       dst[i] = src[i];
     }
     return;
@@ -250,22 +251,25 @@ __device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part,
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
   const uint64_t nvec = n >> 4;
-  const uint64_t tile = static_cast<uint64_t>(blockDim.x) * kUnroll;
-  const uint64_t full = nvec / tile;
+  constexpr uint64_t kTile = static_cast<uint64_t>(kThreads) * kUnroll;
+  const uint64_t full = nvec / kTile;
   for (uint64_t t = part; t < full; t += parts) {
-    const uint64_t i0 = t * tile + threadIdx.x;
+    const uint64_t i0 = t * kTile + threadIdx.x;
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = ld_v4(s4 + i0 + static_cast<uint64_t>(u) * blockDim.x);
+    for (int u = 0; u < kUnroll; ++u) v[u] = ld_v4(s4 + i0 + static_cast<uint64_t>(u) * kThreads);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) st_v4(d4 + i0 + static_cast<uint64_t>(u) * blockDim.x, v[u]);
+    for (int u = 0; u < kUnroll; ++u) st_v4(d4 + i0 + static_cast<uint64_t>(u) * kThreads, v[u]);
   }
-  // The vectors past the last whole tile and the last < 16 bytes go to one part.
-  if (part == full % parts) {
-    for (uint64_t i = full * tile + threadIdx.x; i < nvec; i += blockDim.x) {
+  // The vectors past the last whole tile and the last < 16 bytes go to one part
+  // (32-bit remainder: `full` < 2^32 tiles below 128 TiB).
+  const uint32_t tail_part = full >> 32 ? static_cast<uint32_t>(full % parts)
+                                         : static_cast<uint32_t>(full) % parts;
+  if (part == tail_part) {
+    for (uint64_t i = full * kTile + threadIdx.x; i < nvec; i += kThreads) {
       st_v4(d4 + i, ld_v4(s4 + i));
     }
-    for (uint64_t i = (nvec << 4) + threadIdx.x; i < n; i += blockDim.x) {
+    for (uint64_t i = (nvec << 4) + threadIdx.x; i < n; i += kThreads) {
       dst[i] = src[i];
     }
   }
