@@ -502,6 +502,26 @@ static int check_graph(cudaStream_t s) {
 // ---------------------------------------------------------------------------------
 // Timings
 
+// all_to_all_vdev 1-D at world 1, one split of `bytes` in rows of up to 4 KiB (the
+// shape bench/ops.py times): writes the split into `table`; `so` gets
+// out_splits_offsets.
+static OpsParams vdev_1d_params(const Dev& in, const Dev& out, const Dev& table, const Dev& so,
+                                size_t bytes) {
+  const size_t row_bytes = std::min<size_t>(bytes, 4096);
+  const int64_t rows = static_cast<int64_t>(bytes / row_bytes);
+  CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
+  OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
+  v.src = operand(in, bytes);
+  v.dst = operand(out, bytes);
+  v.src_splits = operand(table, 8);
+  v.dst_splits = operand(so, 16);
+  v.row_bytes = row_bytes;
+  v.experts = 1;
+  v.mode = SYMMWIN_A2AV_1D;
+  v.blocks_per_peer = 128;  // what grid.rs gives world 1
+  return v;
+}
+
 static void probes(cudaStream_t s) {
   const size_t kib4 = 4096;
   Dev a(64 << 20), b(64 << 20);
@@ -528,19 +548,8 @@ static void probes(cudaStream_t s) {
 
   // The vdev family, equal splits as bench/ops.py: rows of 4 KiB.
   for (size_t bytes : {kib4, static_cast<size_t>(64) << 20}) {
-    const size_t row_bytes = std::min<size_t>(bytes, 4096);
     Dev table(8), so(16);
-    const int64_t rows = static_cast<int64_t>(bytes / row_bytes);
-    CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
-    OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
-    v.src = operand(a, bytes);
-    v.dst = operand(b, bytes);
-    v.src_splits = operand(table, 8);
-    v.dst_splits = operand(so, 16);
-    v.row_bytes = row_bytes;
-    v.experts = 1;
-    v.mode = SYMMWIN_A2AV_1D;
-    v.blocks_per_peer = 128;
+    const OpsParams v = vdev_1d_params(a, b, table, so, bytes);
     OpsParams eq = p;
     eq.src = operand(a, bytes);
     eq.dst = operand(b, bytes);
@@ -620,17 +629,7 @@ static void probes(cudaStream_t s) {
 static void profile_kernels(cudaStream_t s) {
   Dev a(64 << 20), b(64 << 20), table(8), so(16);
   for (size_t bytes : {static_cast<size_t>(4096), static_cast<size_t>(64) << 20}) {
-    const int64_t rows = static_cast<int64_t>(bytes / 4096);
-    CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
-    OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
-    v.src = operand(a, bytes);
-    v.dst = operand(b, bytes);
-    v.src_splits = operand(table, 8);
-    v.dst_splits = operand(so, 16);
-    v.row_bytes = 4096;
-    v.experts = 1;
-    v.mode = SYMMWIN_A2AV_1D;
-    v.blocks_per_peer = 128;
+    const OpsParams v = vdev_1d_params(a, b, table, so, bytes);
     const void* kernels[] = {
         reinterpret_cast<const void*>(probe_empty),
         reinterpret_cast<const void*>(probe_a2av_stages<1>),
@@ -660,17 +659,7 @@ static void profile_kernels(cudaStream_t s) {
 // twice (for compute-sanitizer; the timed row stops with an illegal access).
 static int vdev64_graph(cudaStream_t s, int calls) {
   Dev a(64 << 20), b(64 << 20), table(8), so(16);
-  const int64_t rows = (64 << 20) / 4096;
-  CHECK(cudaMemcpy(table.p, &rows, 8, cudaMemcpyHostToDevice));
-  OpsParams v = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV);
-  v.src = operand(a, a.n);
-  v.dst = operand(b, b.n);
-  v.src_splits = operand(table, 8);
-  v.dst_splits = operand(so, 16);
-  v.row_bytes = 4096;
-  v.experts = 1;
-  v.mode = SYMMWIN_A2AV_1D;
-  v.blocks_per_peer = 128;
+  const OpsParams v = vdev_1d_params(a, b, table, so, a.n);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
