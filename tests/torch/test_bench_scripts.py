@@ -3,6 +3,7 @@ run only where GPUs are): a broken import fails here, not on the GPU machine."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,98 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.mark.parametrize("script", ["compare.py", "ops.py", "rendezvous.py", "wait_cost.py", "kernel_times.py"])
+@pytest.mark.parametrize("script", ["compare.py", "ops.py", "rendezvous.py", "wait_cost.py", "kernel_times.py", "kernel_ab.py"])
 def test_bench_driver_loads(script):
     done = subprocess.run(
         [sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+# A stand-in for nvcc: the program it "builds" prints the harness's rows, timed by the
+# version written in the kernels it was given (-I), so each column shows whose kernels
+# ran. The kernels of version "b" fail their checks when FAKE_B_FAILS is set.
+FAKE_NVCC = r'''#!/usr/bin/env python3
+import os, sys
+args = sys.argv[1:]
+kernels = args[args.index("-I") + 1]
+version = open(os.path.join(kernels, "ops.cu")).read().split("=")[1].strip()
+exe = args[args.index("-o") + 1]
+us = {"a": "1.00 [0.90-1.10]", "b": "0.50 [0.40-0.60]"}[version]
+fail = 'if [ -n "$FAKE_B_FAILS" ]; then echo "CHECKS FAILED"; exit 1; fi' if version == "b" else ""
+with open(exe, "w") as f:
+    f.write(f"""#!/bin/sh
+echo "vdev eager: 3 cases, 0 failures"
+{fail}
+echo "| empty kernel | {us} | 2.00 [1.90-2.10] |"
+echo "| a kernel with no eager figure | {us} | - |"
+echo "all checks passed"
+""")
+os.chmod(exe, 0o755)
+'''
+
+
+def _two_commit_checkout(tmp_path: Path) -> Path:
+    """A git checkout holding bench/kernel_ab.py and kernels at two commits (a, then b)."""
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "bench" / "kernels").mkdir(parents=True)
+    (repo / "crates" / "symmwin-cuda" / "kernels").mkdir(parents=True)
+    (repo / "bench" / "kernel_ab.py").write_text((BENCH / "kernel_ab.py").read_text())
+    (repo / "bench" / "fixed_cost.cu").write_text("// the harness\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for version in ("a", "b"):
+        (repo / "crates" / "symmwin-cuda" / "kernels" / "ops.cu").write_text(f"VERSION={version}\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", version], check=True)
+        subprocess.run([*git, "tag", version], check=True)
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(FAKE_NVCC.replace("#!/usr/bin/env python3", f"#!{sys.executable}", 1))
+    nvcc.chmod(0o755)
+    return repo
+
+
+def _kernel_ab(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    script, nvcc = repo / "bench" / "kernel_ab.py", repo.parent / "nvcc"
+    return subprocess.run(
+        [sys.executable, str(script), *args, "--nvcc", str(nvcc)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
+def test_kernel_ab_puts_each_commits_kernels_in_its_own_column(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    done = _kernel_ab(repo, "a", "b", "--rounds", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    # Built once per side, run A B A B.
+    assert sum(l.startswith("$ ") for l in out.splitlines()) == 2
+    assert [l.split(":")[0] for l in out.splitlines() if l.startswith("run ")] == ["run A", "run B"] * 2
+    assert "| row | A run 1 | B run 1 | A run 2 | B run 2 |" in out
+    graph = out.split("Graph replay")[1].split("Eager")[0]
+    row = "| empty kernel | 1.00 [0.90-1.10] | 0.50 [0.40-0.60] | 1.00 [0.90-1.10] | 0.50 [0.40-0.60] |"
+    assert row in graph
+    eager = out.split("Eager")[1]
+    assert "| a kernel with no eager figure | - | - | - | - |" in eager
+    assert "A: vdev eager: 3 cases, 0 failures; all checks passed (exit 0)" in out
+
+
+def test_kernel_ab_fails_when_one_sides_checks_fail(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    done = _kernel_ab(repo, "a", "b", "--rounds", "1", FAKE_B_FAILS="1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "B: vdev eager: 3 cases, 0 failures; CHECKS FAILED (exit 1)" in done.stdout
+    assert "its last lines:" in done.stdout
+
+
+def test_kernel_ab_names_a_commit_it_cannot_read(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    done = _kernel_ab(repo, "a", "no-such-commit")
+    assert done.returncode != 0
+    assert "cannot read crates/symmwin-cuda/kernels at 'no-such-commit'" in done.stderr

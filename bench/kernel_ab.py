@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""The ops kernels of two commits side by side, in one run on one GPU.
+
+    python3 bench/kernel_ab.py main my-branch                 # A = main, B = my-branch
+    python3 bench/kernel_ab.py main my-branch --rounds 3 -- --check-only
+
+bench/fixed_cost.cu (from the work tree) is built twice with nvcc, once against each
+commit's crates/symmwin-cuda/kernels, and the two programs run alternately, A B A B,
+so that a clock or a neighbour that drifts during the run shows in both columns. Each
+run checks the all_to_all_vdev family against its CPU reference first; a run whose
+checks fail, or that stops, is reported and makes the exit status 1. Then every row
+the harness timed is printed once per run: the graph figure (us per launch, median
+[min-max] of 5 repeats), then the eager one.
+
+Only kernels differ between A and B: a change to the harness, or to a kernel function
+the harness calls by name, must compile against both commits.
+Arguments after `--` go to the harness (`--check-only`, `--profile`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = "crates/symmwin-cuda/kernels"
+HARNESS = ROOT / "bench" / "fixed_cost.cu"
+# "| what | 1.23 [1.20-1.30] | 4.56 [4.50-4.60] |", the eager column may be "-".
+ROW = re.compile(r"^\| (?P<what>[^|]+?) \| (?P<graph>[\d.]+ \[[\d.]+-[\d.]+\]) \| (?P<eager>[^|]+?) \|$")
+
+
+@dataclass
+class Run:
+    """One run of one side's harness: its rows, in order, and how it ended."""
+
+    side: str
+    rows: dict[str, tuple[str, str]] = field(default_factory=dict)
+    checks: list[str] = field(default_factory=list)
+    status: int = 0
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+def export_kernels(rev: str, into: Path) -> Path:
+    """The kernels directory of commit `rev`, written under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, KERNELS],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        sys.exit(f"kernel_ab: cannot read {KERNELS} at {rev!r}: {archive.stderr.decode().strip()}")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        # The "data" filter (no links out, no devices) where this Python has it.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+    return into / KERNELS
+
+
+def build(nvcc: str, arch: str, kernels: Path, exe: Path) -> None:
+    cmd = [nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-I", str(kernels), "-I", str(ROOT / "bench" / "kernels")]
+    cmd += ["-o", str(exe), str(HARNESS)]
+    print("$", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"kernel_ab: the build against {kernels} failed:\n{done.stderr[-4000:]}")
+
+
+def parse(side: str, status: int, out: str) -> Run:
+    run = Run(side=side, status=status, tail="\n".join(out.splitlines()[-6:]))
+    for line in out.splitlines():
+        m = ROW.match(line.strip())
+        if m:
+            run.rows[m["what"]] = (m["graph"], m["eager"])
+        elif "failures" in line or "checks passed" in line or "CHECKS FAILED" in line:
+            run.checks.append(line.strip())
+    return run
+
+
+def run_once(side: str, exe: Path, args: list[str], limit: float) -> Run:
+    print(f"run {side}: {exe.name} {' '.join(args)}", flush=True)
+    try:
+        done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=limit, check=False)
+        return parse(side, done.returncode, done.stdout + done.stderr)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return parse(side, 124, out + f"\nstopped after {limit:.0f} s")
+
+
+def table(runs: list[Run], column: int, title: str) -> str:
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in run.rows if n not in names]
+    head = " | ".join(f"{r.side} run {i // 2 + 1}" for i, r in enumerate(runs))
+    lines = [f"\n{title}\n", f"| row | {head} |", "| --- |" + " --- |" * len(runs)]
+    for name in names:
+        cells = " | ".join(r.rows[name][column] if name in r.rows else "-" for r in runs)
+        lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("a", help="commit (or branch) whose kernels are column A")
+    ap.add_argument("b", help="commit (or branch) whose kernels are column B")
+    ap.add_argument("--rounds", type=int, default=2, help="A B pairs to run (default 2)")
+    ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
+    ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    ap.add_argument("--limit", type=float, default=300, help="seconds one run may take")
+    ap.add_argument("harness_args", nargs="*", help="after --: passed to the harness")
+    opts = ap.parse_args()
+    if opts.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if not os.path.exists(opts.nvcc):
+        ap.error(f"no nvcc at {opts.nvcc}: install the CUDA toolkit or pass --nvcc")
+
+    with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
+        exes = {}
+        for side, rev in (("A", opts.a), ("B", opts.b)):
+            kernels = export_kernels(rev, Path(tmp) / side)
+            exes[side] = Path(tmp) / f"fixed_cost_{side}"
+            build(opts.nvcc, opts.arch, kernels, exes[side])
+        runs = [
+            run_once(side, exes[side], opts.harness_args, opts.limit)
+            for _ in range(opts.rounds)
+            for side in ("A", "B")
+        ]
+
+    print(f"\nA = {opts.a}, B = {opts.b}; harness: bench/fixed_cost.cu of the work tree")
+    for run in runs:
+        print(f"{run.side}: {'; '.join(run.checks) or 'no checks printed'} (exit {run.status})")
+        if not run.ok:
+            print("  its last lines:\n    " + run.tail.replace("\n", "\n    "))
+    print(table(runs, 0, "Graph replay, us per launch, median [min-max] of 5 repeats"))
+    print(table(runs, 1, "Eager, us per launch, median [min-max] of 5 repeats"))
+    return 0 if all(r.ok for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
