@@ -14,6 +14,9 @@
 // are back-to-back launches on one stream. The difference between two rows is the
 // difference of their kernels' durations.
 //
+// `--only REGEX` times only the rows whose names match (`--only 'MoE|4 KiB'`),
+// `--check-only` none; `--profile` and `--vdev64 CALLS` are for the profilers (below).
+//
 // Correctness: every all_to_all_vdev shape with random splits (zeros included, whole
 // tables of zeros, the largest expert count), odd and vector-sized rows and
 // alignments 1, 8 and 128, fused and two-kernel, eager and replayed from one CUDA graph
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -255,7 +259,11 @@ static Figure time_eager(const Launch& launch, cudaStream_t s, int calls = 200) 
   return summarize(us);
 }
 
+// --only REGEX: the rows whose names match it are timed, the others skipped.
+static const std::regex* g_only = nullptr;
+
 static void row(const char* what, const Launch& launch, cudaStream_t s, bool eager = true) {
+  if (g_only != nullptr && !std::regex_search(what, *g_only)) return;
   const Figure g = time_graph(launch, s);
   printf("| %s | %.2f [%.2f-%.2f] |", what, g.med, g.lo, g.hi);
   if (eager) {
@@ -691,6 +699,11 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--profile") == 0) {
     profile_kernels(s);
     return 0;
+  }
+  std::regex only;
+  if (argc > 2 && strcmp(argv[1], "--only") == 0) {
+    only = std::regex(argv[2]);
+    g_only = &only;
   }
   int failures = check_eager(s) + check_graph(s);
   if (argc < 2 || strcmp(argv[1], "--check-only") != 0) probes(s);

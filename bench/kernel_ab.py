@@ -2,7 +2,7 @@
 """The ops kernels of two commits side by side, in one run on one GPU.
 
     python3 bench/kernel_ab.py main my-branch                 # A = main, B = my-branch
-    python3 bench/kernel_ab.py main my-branch --rounds 3 -- --check-only
+    python3 bench/kernel_ab.py main my-branch --rounds 3 -- --only 'MoE|4 KiB'
 
 bench/fixed_cost.cu (from the work tree) is built twice with nvcc, once against each
 commit's crates/symmwin-cuda/kernels, and the two programs run alternately, A B A B,
@@ -14,7 +14,8 @@ the harness timed is printed once per run: the graph figure (us per launch, medi
 
 Only kernels differ between A and B: a change to the harness, or to a kernel function
 the harness calls by name, must compile against both commits.
-Arguments after `--` go to the harness (`--check-only`, `--profile`).
+Arguments after `--` go to the harness: `--check-only`, or `--only REGEX` to time only
+the rows whose names match.
 """
 
 from __future__ import annotations
