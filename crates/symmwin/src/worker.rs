@@ -9,7 +9,9 @@
 //! they were handed in. A job goes to an idle thread, or to a new
 //! one when none is idle; the thread rejoins the pool before the job's result is
 //! handed over, so the number of threads stays the largest number of jobs that ever
-//! ran at once. A caller that gives up on a job (its deadline passed) abandons it: the
+//! ran at once (a thread still on its way back from a job counts as running one: when
+//! it rejoins is timing, so a caller that counts threads starts the pool at its
+//! working size first, [`keep_idle`]). A caller that gives up on a job (its deadline passed) abandons it: the
 //! thread stuck in it is not idle, so later jobs get another; it rejoins if the job
 //! ever returns.
 
