@@ -5,7 +5,8 @@
     python3 bench/kernel_ab.py main my-branch --rounds 3 -- --only 'MoE|4 KiB'
 
 bench/fixed_cost.cu (from the work tree) is built twice with nvcc, once against each
-commit's crates/symmwin-cuda/kernels, and the two programs run alternately, A B A B,
+commit's crates/symmwin-cuda/kernels (or a directory given instead of a commit: the work
+tree's own kernels, or a copy of them where there is no git history), and the two programs run alternately, A B A B,
 so that a clock or a neighbour that drifts during the run shows in both columns. Each
 run checks the all_to_all_vdev family against its CPU reference first; a run whose
 checks fail, or that stops, is reported and makes the exit status 1. Then every row
@@ -54,8 +55,13 @@ class Run:
         return self.status == 0
 
 
-def export_kernels(rev: str, into: Path) -> Path:
-    """The kernels directory of commit `rev`, written under `into`."""
+def kernels_of(rev: str, into: Path) -> Path:
+    """The kernels of `rev`: a directory holding them (ops.cu and its headers), as it
+    is, or a commit's crates/symmwin-cuda/kernels, written under `into`."""
+    if Path(rev).is_dir():
+        if not (Path(rev) / "ops.cu").is_file():
+            sys.exit(f"kernel_ab: {rev} is a directory without ops.cu: not a kernels directory")
+        return Path(rev).resolve()
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", "--format=tar", rev, KERNELS],
         capture_output=True,
@@ -116,8 +122,8 @@ def table(runs: list[Run], column: int, title: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("a", help="commit (or branch) whose kernels are column A")
-    ap.add_argument("b", help="commit (or branch) whose kernels are column B")
+    ap.add_argument("a", help="column A: a commit (or branch), or a directory of kernels")
+    ap.add_argument("b", help="column B: a commit (or branch), or a directory of kernels")
     ap.add_argument("--rounds", type=int, default=2, help="A B pairs to run (default 2)")
     ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
@@ -132,7 +138,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
         exes = {}
         for side, rev in (("A", opts.a), ("B", opts.b)):
-            kernels = export_kernels(rev, Path(tmp) / side)
+            kernels = kernels_of(rev, Path(tmp) / side)
             exes[side] = Path(tmp) / f"fixed_cost_{side}"
             build(opts.nvcc, opts.arch, kernels, exes[side])
         runs = [

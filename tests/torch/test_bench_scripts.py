@@ -108,3 +108,17 @@ def test_kernel_ab_names_a_commit_it_cannot_read(tmp_path):
     done = _kernel_ab(repo, "a", "no-such-commit")
     assert done.returncode != 0
     assert "cannot read crates/symmwin-cuda/kernels at 'no-such-commit'" in done.stderr
+
+
+def test_kernel_ab_takes_a_directory_of_kernels_for_a_commit(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    copy = tmp_path / "copy_of_b"
+    copy.mkdir()
+    (copy / "ops.cu").write_text("VERSION=b\n")
+    done = _kernel_ab(repo, "a", str(copy), "--rounds", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"-I {copy}" in done.stdout
+    assert "| empty kernel | 1.00 [0.90-1.10] | 0.50 [0.40-0.60] |" in done.stdout
+    done = _kernel_ab(repo, "a", str(tmp_path))
+    assert done.returncode != 0
+    assert "is a directory without ops.cu" in done.stderr
