@@ -152,51 +152,15 @@ impl Request {
 
 /// Check that all requests agree; the error names the field and who holds what.
 pub fn validate(requests: &[Request]) -> Result<()> {
-    fn agree<'a, T: PartialEq + std::fmt::Debug>(
-        requests: &'a [Request],
-        field: &'static str,
-        get: impl Fn(&'a Request) -> T,
-    ) -> Result<()> {
-        let first = get(&requests[0]);
-        if requests.iter().all(|r| get(r) == first) {
-            return Ok(());
-        }
-        let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for r in requests {
-            // Values come from peers (a host name may be anything): echo a bounded part.
-            groups
-                .entry(symmwin_device::text::debug_clipped(&get(r)))
-                .or_default()
-                .push(r.rank);
-        }
-        let listed = groups.len().min(symmwin_device::text::MAX_RANKS_LISTED);
-        let mut detail = groups
-            .iter()
-            .take(listed)
-            .map(|(value, ranks)| {
-                format!("{value} on rank(s) {}", symmwin_device::text::ranks(ranks))
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        if groups.len() > listed {
-            detail.push_str(&format!("; ... {} more values", groups.len() - listed));
-        }
-        Err(Error::new(
-            Phase::Gather,
-            ErrorKind::Mismatch { field, detail },
-        ))
-    }
     if requests.is_empty() {
         return Err(Error::invalid("no requests to validate"));
     }
-    agree(requests, "version", |r| r.version).map_err(|mut e| {
-        if let ErrorKind::Mismatch { detail, .. } = e.kind_mut() {
-            detail.push_str(
-                " (the ranks run symmwin builds that speak different rendezvous protocols: \
-                 install the same symmwin release on every rank)",
-            );
-        }
-        e
+    agree(requests, "version", |r| r.version).map_err(|e| {
+        with_hint(
+            e,
+            "the ranks run symmwin builds that speak different rendezvous protocols: \
+             install the same symmwin release on every rank",
+        )
     })?;
     agree(requests, "group", |r| r.group.as_str())?;
     agree(requests, "seq", |r| r.seq)?;
@@ -207,15 +171,13 @@ pub fn validate(requests: &[Request]) -> Result<()> {
     agree(requests, "alloc_size", |r| r.alloc_size)?;
     agree(requests, "pad_size", |r| r.pad_size)?;
     agree(requests, "pad_pools", |r| r.pad_pools)?;
-    agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|mut e| {
-        if let ErrorKind::Mismatch { detail, .. } = e.kind_mut() {
-            detail.push_str(
-                " (rendezvous calls answered None because the memory is not symmwin's: \
-                 the rank(s) with the higher count skipped a rendezvous the others took \
-                 part in; allocate that tensor with symm_mem.empty on every rank)",
-            );
-        }
-        e
+    agree(requests, "foreign_calls", |r| r.foreign_calls).map_err(|e| {
+        with_hint(
+            e,
+            "rendezvous calls answered None because the memory is not symmwin's: \
+             the rank(s) with the higher count skipped a rendezvous the others took \
+             part in; allocate that tensor with symm_mem.empty on every rank",
+        )
     })?;
     if requests.len() != requests[0].world {
         return Err(Error::new(
@@ -231,6 +193,49 @@ pub fn validate(requests: &[Request]) -> Result<()> {
         ));
     }
     check_reachable(requests)
+}
+
+/// Every request's `field` (read by `get`) is the same; otherwise a mismatch that
+/// lists each value with the ranks that hold it.
+fn agree<'a, T: PartialEq + std::fmt::Debug>(
+    requests: &'a [Request],
+    field: &'static str,
+    get: impl Fn(&'a Request) -> T,
+) -> Result<()> {
+    let first = get(&requests[0]);
+    if requests.iter().all(|r| get(r) == first) {
+        return Ok(());
+    }
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for r in requests {
+        // Values come from peers (a host name may be anything): echo a bounded part.
+        groups
+            .entry(symmwin_device::text::debug_clipped(&get(r)))
+            .or_default()
+            .push(r.rank);
+    }
+    let listed = groups.len().min(symmwin_device::text::MAX_RANKS_LISTED);
+    let mut detail = groups
+        .iter()
+        .take(listed)
+        .map(|(value, ranks)| format!("{value} on rank(s) {}", symmwin_device::text::ranks(ranks)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if groups.len() > listed {
+        detail.push_str(&format!("; ... {} more values", groups.len() - listed));
+    }
+    Err(Error::new(
+        Phase::Gather,
+        ErrorKind::Mismatch { field, detail },
+    ))
+}
+
+/// `e` with `hint` after its mismatch detail, in parentheses: what to do about it.
+fn with_hint(mut e: Error, hint: &str) -> Error {
+    if let ErrorKind::Mismatch { detail, .. } = e.kind_mut() {
+        detail.push_str(&format!(" ({hint})"));
+    }
+    e
 }
 
 /// Check that every rank reaches the ranks it cannot map (other hosts): each rank with
