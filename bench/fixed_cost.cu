@@ -78,6 +78,20 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy(const __grid_c
   if (threadIdx.x < (p.bytes >> 4)) st_v4(d + threadIdx.x, ld_v4(s + threadIdx.x));
 }
 
+// The least copy written as copy_part's tail loop (64-bit index, stride kThreads): what
+// the loop's form adds to one 16-byte load and store a thread.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_loop(const __grid_constant__ OpsParams p) {
+  const uint4* s = reinterpret_cast<const uint4*>(p.src.base);
+  uint4* d = reinterpret_cast<uint4*>(p.dst.base);
+  for (uint64_t i = threadIdx.x; i < (p.bytes >> 4); i += kThreads) st_v4(d + i, ld_v4(s + i));
+}
+
+// copy_part as one part of one: the alignment test, the tile count and the tail, with
+// no run-time part arithmetic.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_part_one(const __grid_constant__ OpsParams p) {
+  copy_part(reinterpret_cast<char*>(p.dst.base), reinterpret_cast<const char*>(p.src.base), p.bytes, 0, 1);
+}
+
 // copy_part with the whole grid: the SM copy floor of a large copy.
 extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __grid_constant__ OpsParams p) {
   copy_part(reinterpret_cast<char*>(p.dst.base), reinterpret_cast<const char*>(p.src.base), p.bytes,
@@ -549,6 +563,8 @@ static void probes(cudaStream_t s) {
   row("+ loads 4 KiB", k(probe_load, 1), s);
   row("+ stores 4 KiB", k(probe_store, 1), s);
   row("+ loads and stores 4 KiB (least SM copy)", k(probe_copy, 1), s);
+  row("+ the least copy as a 64-bit strided loop", k(probe_copy_loop, 1), s);
+  row("+ copy_part of 4 KiB, part 0 of 1 (constants)", k(probe_copy_part_one, 1), s);
   row("+ copy_part of 4 KiB (the ops' copy loop, 1 block)", k(probe_copy_grid, 1), s);
   row("symmwin_ops_all_to_all, 4 KiB", k(symmwin_ops_all_to_all, 1), s);
   row("cudaMemcpyAsync 4 KiB (memcpy node)",
