@@ -121,15 +121,21 @@ def table(runs: list[Run], column: int, title: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        usage="%(prog)s [options] A B [-- HARNESS ARGS]",
+        epilog="Arguments after -- go to bench/fixed_cost.cu (--check-only, --only REGEX).",
+    )
     ap.add_argument("a", help="column A: a commit (or branch), or a directory of kernels")
     ap.add_argument("b", help="column B: a commit (or branch), or a directory of kernels")
     ap.add_argument("--rounds", type=int, default=2, help="A B pairs to run (default 2)")
     ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     ap.add_argument("--limit", type=float, default=300, help="seconds one run may take")
-    ap.add_argument("harness_args", nargs="*", help="after --: passed to the harness")
-    opts = ap.parse_args()
+    argv = sys.argv[1:]
+    # Everything after `--` is the harness's: argparse would take it for ours.
+    harness_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    opts = ap.parse_args(argv[: len(argv) - len(harness_args) - (1 if "--" in argv else 0)])
     if opts.rounds < 1:
         ap.error("--rounds must be at least 1")
     if not os.path.exists(opts.nvcc):
@@ -142,7 +148,7 @@ def main() -> int:
             exes[side] = Path(tmp) / f"fixed_cost_{side}"
             build(opts.nvcc, opts.arch, kernels, exes[side])
         runs = [
-            run_once(side, exes[side], opts.harness_args, opts.limit)
+            run_once(side, exes[side], harness_args, opts.limit)
             for _ in range(opts.rounds)
             for side in ("A", "B")
         ]

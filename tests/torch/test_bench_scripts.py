@@ -39,6 +39,7 @@ echo "vdev eager: 3 cases, 0 failures"
 {fail}
 echo "| empty kernel | {us} | 2.00 [1.90-2.10] |"
 echo "| a kernel with no eager figure | {us} | - |"
+echo "| run with: $* | {us} | - |"
 echo "all checks passed"
 """)
 os.chmod(exe, 0o755)
@@ -70,7 +71,7 @@ def _two_commit_checkout(tmp_path: Path) -> Path:
 def _kernel_ab(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     script, nvcc = repo / "bench" / "kernel_ab.py", repo.parent / "nvcc"
     return subprocess.run(
-        [sys.executable, str(script), *args, "--nvcc", str(nvcc)],
+        [sys.executable, str(script), "--nvcc", str(nvcc), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -80,9 +81,13 @@ def _kernel_ab(repo: Path, *args: str, **env: str) -> subprocess.CompletedProces
 
 def test_kernel_ab_puts_each_commits_kernels_in_its_own_column(tmp_path):
     repo = _two_commit_checkout(tmp_path)
-    done = _kernel_ab(repo, "a", "b", "--rounds", "2")
+    done = _kernel_ab(repo, "a", "b", "--rounds", "2", "--", "--only", "kernel")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
+    # What follows -- reaches the harness in every run (a row of the graph table and
+    # one of the eager table, each with a figure from all four runs).
+    assert out.count("| run with: --only kernel | 1.00 [0.90-1.10] | 0.50 [0.40-0.60] | 1.00") == 1
+    assert out.count("| run with: --only kernel | - | - | - | - |") == 1
     # Built once per side, run A B A B.
     assert sum(l.startswith("$ ") for l in out.splitlines()) == 2
     assert [l.split(":")[0] for l in out.splitlines() if l.startswith("run ")] == ["run A", "run B"] * 2
