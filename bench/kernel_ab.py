@@ -132,10 +132,11 @@ def main() -> int:
     ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     ap.add_argument("--limit", type=float, default=300, help="seconds one run may take")
-    argv = sys.argv[1:]
     # Everything after `--` is the harness's: argparse would take it for ours.
-    harness_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    opts = ap.parse_args(argv[: len(argv) - len(harness_args) - (1 if "--" in argv else 0)])
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts = ap.parse_args(argv[:split])
+    harness_args = argv[split + 1 :]
     if opts.rounds < 1:
         ap.error("--rounds must be at least 1")
     if not os.path.exists(opts.nvcc):
