@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -209,6 +210,25 @@ static Operand operand(const Dev& d, size_t bytes) { return Operand{d.addr(), 0,
 
 using Launch = std::function<void(cudaStream_t)>;
 
+// A CUDA graph of `calls` launches of `launch`, captured on `s` and instantiated.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph(const Launch& launch, cudaStream_t s, int calls) {
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) launch(s);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  void replay(cudaStream_t s) const { CHECK(cudaGraphLaunch(exec, s)); }
+};
+
 static void kernel(const void* fn, uint32_t grid, const OpsParams& p, cudaStream_t s) {
   OpsParams copy = p;
   void* args[] = {&copy};
@@ -226,28 +246,21 @@ static Figure summarize(std::vector<double> v) {
 
 // us per launch: a graph of `calls` launches replayed `replays` times, 5 repeats.
 static Figure time_graph(const Launch& launch, cudaStream_t s, int calls = 200, int replays = 10) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) launch(s);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const Graph graph(launch, s, calls);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, s));
+  for (int i = 0; i < 3; ++i) graph.replay(s);
   std::vector<double> us;
   for (int r = 0; r < 5; ++r) {
     CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(exec, s));
+    for (int i = 0; i < replays; ++i) graph.replay(s);
     CHECK(cudaEventRecord(b, s));
     CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, a, b));
     us.push_back(ms * 1000.0 / (calls * replays));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return summarize(us);
@@ -274,10 +287,10 @@ static Figure time_eager(const Launch& launch, cudaStream_t s, int calls = 200) 
 }
 
 // --only REGEX: the rows whose names match it are timed, the others skipped.
-static const std::regex* g_only = nullptr;
+static std::optional<std::regex> g_only;
 
 static void row(const char* what, const Launch& launch, cudaStream_t s, bool eager = true) {
-  if (g_only != nullptr && !std::regex_search(what, *g_only)) return;
+  if (g_only && !std::regex_search(what, *g_only)) return;
   const Figure g = time_graph(launch, s);
   printf("| %s | %.2f [%.2f-%.2f] |", what, g.med, g.lo, g.hi);
   if (eager) {
@@ -498,24 +511,17 @@ static int check_graph(cudaStream_t s) {
     first.in_rows = in_rows;
     first.out_rows = out_rows;
     const OpsParams p = vdev_params(first, b);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    launch_vdev(true, p, s);
-    CHECK(cudaStreamEndCapture(s, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const Graph graph([&](cudaStream_t st) { launch_vdev(true, p, st); }, s, 1);
     for (int k = 0; k < 6; ++k) {
       VdevCase c = random_case(rng, sh.mode, sh.experts, sh.align, sh.row_bytes, k == 3);
       c.in_rows = in_rows;
       c.out_rows = out_rows;
       load_case(c, b, s);
-      CHECK(cudaGraphLaunch(exec, s));
+      graph.replay(s);
       CHECK(cudaStreamSynchronize(s));
       ++replays;
       failures += check_vdev(c, b, "fused graph replay") ? 0 : 1;
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
   printf("vdev graph replay: %d replays, %d failures\n", replays, failures);
   return failures;
@@ -684,13 +690,8 @@ static void profile_kernels(cudaStream_t s) {
 static void vdev64_graph(cudaStream_t s, int calls) {
   Dev a(64 << 20), b(64 << 20), table(8), so(16);
   const OpsParams v = vdev_1d_params(a, b, table, so, a.n);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) launch_vdev(true, v, s);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) CHECK(cudaGraphLaunch(exec, s));
+  const Graph graph([&](cudaStream_t st) { launch_vdev(true, v, st); }, s, calls);
+  for (int i = 0; i < 2; ++i) graph.replay(s);
   CHECK(cudaStreamSynchronize(s));
   printf("vdev 64 MiB: a graph of %d launches ran twice\n", calls);
 }
@@ -716,11 +717,7 @@ int main(int argc, char** argv) {
     profile_kernels(s);
     return 0;
   }
-  std::regex only;
-  if (argc > 2 && strcmp(argv[1], "--only") == 0) {
-    only = std::regex(argv[2]);
-    g_only = &only;
-  }
+  if (argc > 2 && strcmp(argv[1], "--only") == 0) g_only.emplace(argv[2]);
   int failures = check_eager(s) + check_graph(s);
   if (argc < 2 || strcmp(argv[1], "--check-only") != 0) probes(s);
   CHECK(cudaDeviceSynchronize());
