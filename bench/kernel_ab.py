@@ -5,9 +5,10 @@
     python3 bench/kernel_ab.py main my-branch --rounds 3 -- --only 'MoE|4 KiB'
 
 bench/fixed_cost.cu (from the work tree) is built twice with nvcc, once against each
-commit's crates/symmwin-cuda/kernels (or a directory given instead of a commit: the work
-tree's own kernels, or a copy of them where there is no git history), and the two programs run alternately, A B A B,
-so that a clock or a neighbour that drifts during the run shows in both columns. Each
+commit's crates/symmwin-cuda/kernels (or a directory given instead of a commit: the
+work tree's own kernels, or a copy of them where there is no git history), and the two
+programs run alternately, A B A B, so that a clock or a neighbour that drifts during
+the run shows in both columns. Each
 run checks the all_to_all_vdev family against its CPU reference first; a run whose
 checks fail, or that stops, is reported and makes the exit status 1. Then every row
 the harness timed is printed once per run: the graph figure (us per launch, median
@@ -104,7 +105,8 @@ def run_once(side: str, exe: Path, args: list[str], limit: float) -> Run:
         done = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=limit, check=False)
         return parse(side, done.returncode, done.stdout + done.stderr)
     except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        # Python hands back what was read as bytes here, even in text mode.
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
         return parse(side, 124, out + f"\nstopped after {limit:.0f} s")
 
 

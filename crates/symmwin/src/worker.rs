@@ -11,9 +11,9 @@
 //! handed over, so the number of threads stays the largest number of jobs that ever
 //! ran at once (a thread still on its way back from a job counts as running one: when
 //! it rejoins is timing, so a caller that counts threads starts the pool at its
-//! working size first, [`keep_idle`]). A caller that gives up on a job (its deadline passed) abandons it: the
-//! thread stuck in it is not idle, so later jobs get another; it rejoins if the job
-//! ever returns.
+//! working size first, [`keep_idle`]). A caller that gives up on a job (its deadline
+//! passed) abandons it: the thread stuck in it is not idle, so later jobs get another;
+//! it rejoins if the job ever returns.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
