@@ -15,7 +15,7 @@
 // difference of their kernels' durations.
 //
 // `--only REGEX` times only the rows whose names match (`--only 'MoE|4 KiB'`),
-// `--check-only` none; `--profile` and `--vdev64 CALLS` are for the profilers (below).
+// `--check-only` none; `--profile` is for the profilers (below).
 //
 // Correctness: every all_to_all_vdev shape with random splits (zeros included, whole
 // tables of zeros, the largest expert count), odd and vector-sized rows and
@@ -182,6 +182,10 @@ struct Dev {
   void* p = nullptr;
   size_t n = 0;
   explicit Dev(size_t bytes) : n(bytes) { CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  // A copy would free the buffer again: a lambda that captured a Dev by value freed it
+  // under the rows still timing it (the "illegal memory access" of the first 64 MiB row).
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
   ~Dev() { cudaFree(p); }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(p); }
 };
@@ -393,6 +397,22 @@ static void launch_vdev(bool fused, const OpsParams& p, cudaStream_t s) {
   }
 }
 
+// The fused kernel's five stages at `v`'s grid, each row named after `label`.
+static void stage_rows(const std::string& label, const OpsParams& v, cudaStream_t s) {
+  const char* names[] = {"stage 1: gather and check the tables", "stage 2: + plan the offsets",
+                         "stage 3: + write out_splits_offsets", "stage 4: + this block's segments",
+                         "stage 5: + copy (the whole op at world 1)"};
+  const void* stages[] = {reinterpret_cast<const void*>(probe_a2av_stages<1>),
+                          reinterpret_cast<const void*>(probe_a2av_stages<2>),
+                          reinterpret_cast<const void*>(probe_a2av_stages<3>),
+                          reinterpret_cast<const void*>(probe_a2av_stages<4>),
+                          reinterpret_cast<const void*>(probe_a2av_stages<5>)};
+  for (int i = 0; i < 5; ++i) {
+    const void* fn = stages[i];
+    row((label + names[i]).c_str(), [=](cudaStream_t st) { kernel(fn, v.blocks_per_peer, v, st); }, s);
+  }
+}
+
 // The fused kernel's world-1 stages at `v`'s grid, and what its parts cost alone.
 static void vdev_stages(const OpsParams& v, cudaStream_t s) {
   auto k = [&](const void* fn, uint32_t grid) {
@@ -414,11 +434,7 @@ static void vdev_stages(const OpsParams& v, cudaStream_t s) {
     row("  256 mixing rounds, straight-line (~1000 instructions)",
         code(reinterpret_cast<const void*>(probe_code<true>)), s);
   }
-  row("  stage 1: gather and check the tables", k(reinterpret_cast<const void*>(probe_a2av_stages<1>), grid), s);
-  row("  stage 2: + plan the offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<2>), grid), s);
-  row("  stage 3: + write out_splits_offsets", k(reinterpret_cast<const void*>(probe_a2av_stages<3>), grid), s);
-  row("  stage 4: + this block's segments", k(reinterpret_cast<const void*>(probe_a2av_stages<4>), grid), s);
-  row("  stage 5: + copy (the whole op at world 1)", k(reinterpret_cast<const void*>(probe_a2av_stages<5>), grid), s);
+  stage_rows("  ", v, s);
   row("  the fused kernel, 1 block", k(reinterpret_cast<const void*>(symmwin_ops_a2av), 1), s);
   row("  stage 5 probe, 1 block", k(reinterpret_cast<const void*>(probe_a2av_stages<5>), 1), s);
 }
@@ -587,6 +603,14 @@ static void probes(cudaStream_t s) {
     eq.blocks_per_peer = static_cast<uint32_t>(std::min<size_t>(256, (bytes + 32767) / 32768));
     const std::string size = bytes == kib4 ? "4 KiB" : "64 MiB";
     row(("all_to_all_vdev fused (one launch), " + size).c_str(), [=](cudaStream_t st) { launch_vdev(true, v, st); }, s);
+    // The grid: grid.rs gives the pull kernels 128 blocks at world 1, the push
+    // all_to_all up to 256; at 4 KiB one block has all the rows.
+    for (uint32_t blocks : {1u, 8u, 256u}) {
+      OpsParams w = v;
+      w.blocks_per_peer = blocks;
+      row(("all_to_all_vdev fused, " + std::to_string(blocks) + " blocks, " + size).c_str(),
+          [=](cudaStream_t st) { launch_vdev(true, w, st); }, s);
+    }
     if (bytes == kib4) vdev_stages(v, s);
     row(("all_to_all_vdev plan + data (two launches), " + size).c_str(),
         [=](cudaStream_t st) { launch_vdev(false, v, st); }, s);
@@ -594,7 +618,7 @@ static void probes(cudaStream_t s) {
         [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(symmwin_ops_all_to_all), eq.blocks_per_peer, eq, st); },
         s);
     row(("cudaMemcpyAsync, " + size).c_str(),
-        [=](cudaStream_t st) { CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
+        [dst = b.p, src = a.p, bytes](cudaStream_t st) { CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
   }
 
   // MoE dispatch / combine, 256 tokens x 7168 bf16, top-8, 16 experts, align 16 (bench/ops.py).
@@ -639,9 +663,13 @@ static void probes(cudaStream_t s) {
     row("MoE dispatch 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, d, st); }, s);
     row("MoE combine 256 tokens, fused", [=](cudaStream_t st) { launch_vdev(true, c, st); }, s);
     row("MoE combine 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, c, st); }, s);
+    stage_rows("MoE dispatch ", d, s);
+    stage_rows("MoE combine ", c, s);
     const size_t bytes = sent * row_bytes;
     row("copy floor: cudaMemcpyAsync of the same 28 MiB",
-        [=](cudaStream_t st) { CHECK(cudaMemcpyAsync(back.p, in.p, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
+        [dst = back.p, src = in.p, bytes](cudaStream_t st) {
+          CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
+        }, s);
     OpsParams g = p;
     g.src = operand(in, bytes);
     g.dst = operand(back, bytes);
@@ -685,17 +713,6 @@ static void profile_kernels(cudaStream_t s) {
   printf("profiled kernels ran\n");
 }
 
-// The 64 MiB row of probes() alone, small: a graph of `calls` fused launches, replayed
-// twice (for compute-sanitizer; the timed row stops with an illegal access).
-static void vdev64_graph(cudaStream_t s, int calls) {
-  Dev a(64 << 20), b(64 << 20), table(8), so(16);
-  const OpsParams v = vdev_1d_params(a, b, table, so, a.n);
-  const Graph graph([&](cudaStream_t st) { launch_vdev(true, v, st); }, s, calls);
-  for (int i = 0; i < 2; ++i) graph.replay(s);
-  CHECK(cudaStreamSynchronize(s));
-  printf("vdev 64 MiB: a graph of %d launches ran twice\n", calls);
-}
-
 int main(int argc, char** argv) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaHostAlloc(&g_record, sizeof(symmwin::TimeoutRecord), cudaHostAllocMapped));
@@ -709,10 +726,6 @@ int main(int argc, char** argv) {
   printf("%s, driver API %d\n", prop.name, driver);
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  if (argc > 2 && strcmp(argv[1], "--vdev64") == 0) {
-    vdev64_graph(s, atoi(argv[2]));
-    return 0;
-  }
   if (argc > 1 && strcmp(argv[1], "--profile") == 0) {
     profile_kernels(s);
     return 0;
