@@ -53,6 +53,8 @@ __shared__ int64_t vdev_major[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_seg_first[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_seg_src[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_warp_sums[2][kWarps];
+// The first table entry that does not fit (first_bad_entry).
+__shared__ uint32_t vdev_first_bad;
 __shared__ uint32_t vdev_last_block;
 
 // A load of a split table that may belong to a peer: ordered after the ready signal
@@ -67,6 +69,22 @@ __device__ __forceinline__ uint32_t load_acquire_u32(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// Calls body(i) for every i < count that this thread owns (threadIdx.x, + kThreads,
+// ...). Every thread of the block runs the same number of rounds, whatever `count`: a
+// loop whose trip count differs between the lanes of a warp can leave the warp split
+// in two, and every warp shuffle after it then runs on ptxas's slow path for diverged
+// warps (the plan at world 1 spent most of its time there; bench/results/
+// 2026-12-06-one-gpu-vdev-profile.md). Every loop of the plan goes through here.
+template <typename Body>
+__device__ __forceinline__ void for_each_owned(uint32_t count, Body body) {
+  for (uint32_t first = 0; first < count; first += kThreads) {
+    const uint32_t i = first + threadIdx.x;
+    if (i < count) {
+      body(i);
+    }
+  }
 }
 
 __device__ __forceinline__ int64_t warp_sum(int64_t v) {
@@ -102,7 +120,9 @@ __device__ int64_t block_scan(const int64_t* in, int64_t* out, uint32_t count) {
   const uint32_t lo = min(count, threadIdx.x * per);
   const uint32_t hi = min(count, lo + per);
   int64_t mine = 0;
-  for (uint32_t i = lo; i < hi; ++i) mine += in[i];
+  for (uint32_t k = 0; k < per; ++k) {  // `per` rounds in every thread (see for_each_owned)
+    if (lo + k < hi) mine += in[lo + k];
+  }
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t warp = threadIdx.x / 32;
   int64_t incl = mine;
@@ -119,10 +139,12 @@ __device__ int64_t block_scan(const int64_t* in, int64_t* out, uint32_t count) {
     total += x;
   }
   int64_t run = before + incl - mine;
-  for (uint32_t i = lo; i < hi; ++i) {
-    const int64_t v = in[i];
-    out[i] = run;
-    run += v;
+  for (uint32_t k = 0; k < per; ++k) {
+    if (lo + k < hi) {
+      const int64_t v = in[lo + k];
+      out[lo + k] = run;
+      run += v;
+    }
   }
   __syncthreads();
   return total;
@@ -141,30 +163,58 @@ __device__ __forceinline__ uint32_t expert_of(const OpsParams& p, uint32_t i) {
   return p.mode == SYMMWIN_A2AV_2D ? i / p.world : i % p.experts;
 }
 
-// Entry i of this rank's own table, checked: a split must be non-negative and inside
-// the input (with its offset, for the 2-D offset layout). Returns its rows.
-__device__ __forceinline__ int64_t checked_own_split(const OpsParams& p, const char* own,
-                                                     uint32_t i, int64_t in_rows) {
-  const uint32_t n = p.world * p.experts;
+// No table entry (own_split's `bad` when every split fits).
+constexpr uint32_t kNoEntry = 0xffffffffu;
+
+// The first table entry that does not fit, over the block, from every thread's `bad`
+// (its own first, kNoEntry for none). One barrier when no thread found one: only a
+// failure pays for the minimum. Called by every thread; every thread gets it.
+__device__ __forceinline__ uint32_t first_bad_entry(uint32_t bad) {
+  if (threadIdx.x == 0) {
+    vdev_first_bad = kNoEntry;
+  }
+  if (!__syncthreads_or(bad != kNoEntry)) {
+    return kNoEntry;
+  }
+  if (bad != kNoEntry) {
+    atomicMin(&vdev_first_bad, bad);
+  }
+  __syncthreads();
+  return vdev_first_bad;
+}
+
+// Entry i of this rank's own table: its rows. A split must be non-negative and inside
+// the input (with its offset, for the 2-D offset layout); the first entry that is not
+// goes to `bad`, and the caller fails it after its loop (fail_own_split), so the loop
+// holds no call and its warp leaves it together.
+__device__ __forceinline__ int64_t own_split(const OpsParams& p, const char* own, uint32_t i,
+                                             int64_t in_rows, uint32_t* bad) {
   const int64_t rows = load_i64(own + i * sizeof(int64_t));
+  int64_t off = 0;
   if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
-    const int64_t off = load_i64(own + (n + i) * sizeof(int64_t));
-    if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
-      fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i % p.world, rows, off + rows, in_rows);
-    }
-  } else if (rows < 0 || rows > in_rows) {
-    fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, rows, in_rows);
+    off = load_i64(own + (p.world * p.experts + i) * sizeof(int64_t));
+  }
+  if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
+    *bad = min(*bad, i);
   }
   return rows;
 }
 
-// After the splits this rank sends were summed to `sent`: consecutive splits must not
-// reach past the input. Thread 0 walks the table to name the first that does.
-__device__ void check_sent_total(const OpsParams& p, const char* own, int64_t sent,
-                                 int64_t in_rows) {
-  if (p.mode == SYMMWIN_A2AV_2D_OFFSET || threadIdx.x != 0 || sent <= in_rows) {
-    return;
+// Traps naming entry i of this rank's own table, which own_split found does not fit.
+__device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own, uint32_t i,
+                                            int64_t in_rows) {
+  const int64_t rows = load_i64(own + i * sizeof(int64_t));
+  if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
+    const int64_t off = load_i64(own + (p.world * p.experts + i) * sizeof(int64_t));
+    fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i % p.world, rows, off + rows, in_rows);
+  } else {
+    fail_split(p, SYMMWIN_OPS_ERR_BAD_SPLIT, i / p.experts, rows, rows, in_rows);
   }
+}
+
+// Consecutive splits summing to more than the input (`sent` > in_rows, 1-D and 2-D):
+// walks the table to name the first split that reaches past it, and traps.
+__device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own, int64_t in_rows) {
   int64_t end = 0;
   for (uint32_t i = 0; i < p.world * p.experts; ++i) {
     const int64_t rows = load_i64(own + i * sizeof(int64_t));
@@ -175,6 +225,25 @@ __device__ void check_sent_total(const OpsParams& p, const char* own, int64_t se
   }
 }
 
+// After every thread read its share of this rank's own table (`bad` from own_split,
+// `sent` summed over the block): a split that does not fit traps here, in thread 0,
+// naming the first entry that does not fit (a sum past the input only when every
+// entry fits alone). Called by every thread.
+__device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const char* own,
+                                                      uint32_t bad, int64_t sent,
+                                                      int64_t in_rows) {
+  bad = first_bad_entry(bad);
+  if (threadIdx.x != 0) {
+    return;
+  }
+  if (bad != kNoEntry) {
+    fail_own_split(p, own, bad, in_rows);
+  }
+  if (p.mode != SYMMWIN_A2AV_2D_OFFSET && sent > in_rows) {
+    fail_sent_total(p, own, in_rows);
+  }
+}
+
 // Every split this rank sends fits its own input; a split that does not traps here,
 // before a peer is told it may read (or, in a block serving this rank, before a byte
 // of our own rows moves). Called by every thread; synchronises.
@@ -182,12 +251,12 @@ __device__ void check_own_table(const OpsParams& p) {
   const char* own = operand_at(p.src_splits, p.rank);
   const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, unused = 0;
-  for (uint32_t i = threadIdx.x; i < p.world * p.experts; i += kThreads) {
-    sent += checked_own_split(p, own, i, in_rows);
-  }
+  uint32_t bad = kNoEntry;
+  for_each_owned(p.world * p.experts,
+                 [&](uint32_t i) { sent += own_split(p, own, i, in_rows, &bad); });
   block_sum2(&sent, &unused);
-  check_sent_total(p, own, sent, in_rows);
-  __syncthreads();
+  fail_if_own_table_bad(p, own, bad, sent, in_rows);
+  __syncthreads();  // a thread that traps never gets here, so no signal follows it
 }
 
 // Waits until every peer's ready signal is in this rank's pad, without taking it
@@ -231,7 +300,8 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
   const uint32_t before = explicit_offsets ? 0u : p.rank * p.experts;
   const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, base = 0;
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+  uint32_t bad = kNoEntry;
+  for_each_owned(n, [&](uint32_t i) {
     const uint32_t src = source_of(p, i);
     const uint32_t e = expert_of(p, i);
     uint64_t at;
@@ -241,17 +311,17 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
       default: at = static_cast<uint64_t>(e) * p.world + p.rank; break;
     }
     vdev_splits[i] = load_acquire_i64(operand_at(p.src_splits, src) + at * sizeof(int64_t));
-    if (check) sent += checked_own_split(p, own, i, in_rows);
+    if (check) sent += own_split(p, own, i, in_rows, &bad);
     if (i < before) base += load_acquire_i64(theirs + i * sizeof(int64_t));
-  }
+  });
   if (explicit_offsets) {
-    for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
+    for_each_owned(p.experts, [&](uint32_t e) {
       const uint64_t at = n + static_cast<uint64_t>(e) * p.world + p.rank;
       vdev_seg_src[e] = load_acquire_i64(theirs + at * sizeof(int64_t));
-    }
+    });
   }
   block_sum2(&sent, &base);
-  if (check) check_sent_total(p, own, sent, in_rows);
+  if (check) fail_if_own_table_bad(p, own, bad, sent, in_rows);
   return base;
 }
 
@@ -297,30 +367,30 @@ __device__ void plan_offsets(const OpsParams& p) {
     const uint32_t minor = p.world;
     const uint32_t major = p.experts;
     const int64_t a = p.major_align;
-    for (uint32_t m = threadIdx.x; m < major; m += kThreads) {
+    for_each_owned(major, [&](uint32_t m) {
       const int64_t start = vdev_offsets[m * minor];
       const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
       const int64_t aligned = (end - start + a - 1) / a * a;
       vdev_major[m] = aligned > a ? aligned : a;
-    }
+    });
     __syncthreads();
     block_scan(vdev_major, vdev_major, major);
-    for (uint32_t m = threadIdx.x; m < major; m += kThreads) {
-      vdev_major[m] -= vdev_offsets[m * minor];
-    }
+    for_each_owned(major, [&](uint32_t m) { vdev_major[m] -= vdev_offsets[m * minor]; });
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-      vdev_offsets[i] += vdev_major[i / minor];
-    }
+    for_each_owned(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
     __syncthreads();
   }
   const int64_t room = static_cast<int64_t>(p.dst.bytes / p.row_bytes);
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-    const int64_t rows = vdev_splits[i];
-    const int64_t off = vdev_offsets[i];
-    if (off + rows > room) {
-      fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, i), rows, off, room);
+  uint32_t bad = kNoEntry;
+  for_each_owned(n, [&](uint32_t i) {
+    if (vdev_offsets[i] + vdev_splits[i] > room) {
+      bad = min(bad, i);
     }
+  });
+  bad = first_bad_entry(bad);
+  if (bad != kNoEntry && threadIdx.x == 0) {
+    fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, bad), vdev_splits[bad],
+               vdev_offsets[bad], room);
   }
 }
 
@@ -329,31 +399,46 @@ __device__ void write_out_splits_offsets(const OpsParams& p) {
   const uint32_t n = p.world * p.experts;
   int64_t* out_splits = reinterpret_cast<int64_t*>(operand_at(p.dst_splits, p.rank));
   int64_t* out_offsets = out_splits + n;
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+  for_each_owned(n, [&](uint32_t i) {
     out_splits[i] = vdev_splits[i];
     out_offsets[i] = vdev_offsets[i];
-  }
+  });
 }
 
 // The segments source `s` sends this rank (vdev_seg_first, vdev_seg_src), from the
 // plan and `base` (gather_plan); returns all their rows. Called by every thread.
 __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
-  for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
-    vdev_seg_first[e] = vdev_splits[recv_index(p, s, e)];
+  if (p.mode == SYMMWIN_A2AV_2D) {
+    // Expert-major: source s's segments lie apart in the plan, so they are summed anew.
+    for_each_owned(p.experts,
+                   [&](uint32_t e) { vdev_seg_first[e] = vdev_splits[recv_index(p, s, e)]; });
+    __syncthreads();
+    const int64_t total = block_scan(vdev_seg_first, vdev_seg_first, p.experts);
+    for_each_owned(p.experts, [&](uint32_t e) { vdev_seg_src[e] = base + vdev_seg_first[e]; });
+    __syncthreads();
+    return total;
   }
-  __syncthreads();
-  const int64_t total = block_scan(vdev_seg_first, vdev_seg_first, p.experts);
-  if (p.mode != SYMMWIN_A2AV_2D_OFFSET) {
-    for (uint32_t e = threadIdx.x; e < p.experts; e += kThreads) {
+  // Rank-major (1-D, 2-D offset): source s's segments are consecutive entries of the
+  // plan, landing one after another, so where each starts among its rows is read off
+  // vdev_offsets, without another block scan.
+  const uint32_t first = s * p.experts;
+  const uint32_t last = first + p.experts - 1;
+  const int64_t start = vdev_offsets[first];
+  for_each_owned(p.experts, [&](uint32_t e) {
+    vdev_seg_first[e] = vdev_offsets[first + e] - start;
+    if (p.mode == SYMMWIN_A2AV_1D) {
       vdev_seg_src[e] = base + vdev_seg_first[e];
     }
-    __syncthreads();
-  }
-  return total;
+  });
+  __syncthreads();
+  return vdev_offsets[last] + vdev_splits[last] - start;
 }
 
 // Copies rows [lo, hi) of source `s`'s `total` rows to this rank, segment by segment.
-__device__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo, int64_t hi) {
+// Not inlined, so the copy loop gets registers of its own: inlined into the kernel,
+// ptxas kept the plan's values live across it and spilled them, and MoE dispatch and
+// combine ran 3.4 and 3.8 us slower (bench/fixed_cost.cu, H100).
+__device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo, int64_t hi) {
   if (lo >= hi) {
     return;
   }
