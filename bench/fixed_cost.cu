@@ -566,6 +566,51 @@ static OpsParams vdev_1d_params(const Dev& in, const Dev& out, const Dev& table,
   return v;
 }
 
+// MoE dispatch and combine as bench/ops.py times them: 256 tokens x 7168 bf16, top-8,
+// 16 experts, align 16, world 1; combine sends dispatch's output back.
+struct Moe {
+  static constexpr uint32_t kExperts = 16, kTokens = 256, kTopk = 8;
+  static constexpr int64_t kAlign = 16;
+  const size_t row_bytes = 7168 * 2;
+  const size_t sent = kTokens * kTopk;
+  const size_t out_rows = sent + kExperts * kAlign;
+  Dev in{sent * row_bytes}, out{out_rows * row_bytes}, back{sent * row_bytes};
+  Dev splits{kExperts * 8}, so{2 * kExperts * 8}, back_so{2 * kExperts * 8};
+  OpsParams dispatch, combine;
+
+  Moe() {
+    std::mt19937_64 rng(1234);
+    std::vector<int64_t> counts(kExperts, 0);
+    std::vector<uint32_t> e(kExperts);
+    for (uint32_t t = 0; t < kTokens; ++t) {
+      for (uint32_t i = 0; i < kExperts; ++i) e[i] = i;
+      std::shuffle(e.begin(), e.end(), rng);
+      for (uint32_t k = 0; k < kTopk; ++k) counts[e[k]] += 1;
+    }
+    CHECK(cudaMemcpy(splits.p, counts.data(), kExperts * 8, cudaMemcpyHostToDevice));
+    OpsParams& d = dispatch;
+    d = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV_2D);
+    d.src = operand(in, sent * row_bytes);
+    d.dst = operand(out, out_rows * row_bytes);
+    d.src_splits = operand(splits, kExperts * 8);
+    d.dst_splits = operand(so, 2 * kExperts * 8);
+    d.row_bytes = row_bytes;
+    d.experts = kExperts;
+    d.major_align = kAlign;
+    d.mode = SYMMWIN_A2AV_2D;
+    d.blocks_per_peer = 128;  // what grid.rs gives world 1
+    OpsParams& c = combine;
+    c = d;
+    c.wait.op = SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET;
+    c.src = operand(out, out_rows * row_bytes);
+    c.dst = operand(back, sent * row_bytes);
+    c.src_splits = operand(so, 2 * kExperts * 8);
+    c.dst_splits = operand(back_so, 2 * kExperts * 8);
+    c.major_align = 0;
+    c.mode = SYMMWIN_A2AV_2D_OFFSET;
+  }
+};
+
 static void probes(cudaStream_t s) {
   const size_t kib4 = 4096;
   Dev a(64 << 20), b(64 << 20);
@@ -623,40 +668,10 @@ static void probes(cudaStream_t s) {
 
   // MoE dispatch / combine, 256 tokens x 7168 bf16, top-8, 16 experts, align 16 (bench/ops.py).
   {
-    const uint32_t experts = 16, tokens = 256, topk = 8;
-    const int64_t align = 16;
-    const size_t row_bytes = 7168 * 2;
-    std::mt19937_64 rng(1234);
-    std::vector<int64_t> counts(experts, 0);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      std::vector<uint32_t> e(experts);
-      for (uint32_t i = 0; i < experts; ++i) e[i] = i;
-      std::shuffle(e.begin(), e.end(), rng);
-      for (uint32_t k2 = 0; k2 < topk; ++k2) counts[e[k2]] += 1;
-    }
-    const size_t sent = tokens * topk;
-    const size_t out_rows = sent + experts * align;
-    Dev in(sent * row_bytes), out(out_rows * row_bytes), back(sent * row_bytes);
-    Dev splits(experts * 8), so(2 * experts * 8), back_so(2 * experts * 8);
-    CHECK(cudaMemcpy(splits.p, counts.data(), experts * 8, cudaMemcpyHostToDevice));
-    OpsParams d = base_params(SYMMWIN_OP_ALL_TO_ALL_VDEV_2D);
-    d.src = operand(in, sent * row_bytes);
-    d.dst = operand(out, out_rows * row_bytes);
-    d.src_splits = operand(splits, experts * 8);
-    d.dst_splits = operand(so, 2 * experts * 8);
-    d.row_bytes = row_bytes;
-    d.experts = experts;
-    d.major_align = align;
-    d.mode = SYMMWIN_A2AV_2D;
-    d.blocks_per_peer = 128;
-    OpsParams c = d;
-    c.wait.op = SYMMWIN_OP_ALL_TO_ALL_VDEV_2D_OFFSET;
-    c.src = operand(out, out_rows * row_bytes);
-    c.dst = operand(back, sent * row_bytes);
-    c.src_splits = operand(so, 2 * experts * 8);
-    c.dst_splits = operand(back_so, 2 * experts * 8);
-    c.major_align = 0;
-    c.mode = SYMMWIN_A2AV_2D_OFFSET;
+    const Moe moe;
+    const OpsParams d = moe.dispatch, c = moe.combine;
+    const size_t sent = moe.sent, row_bytes = moe.row_bytes;
+    const Dev &in = moe.in, &back = moe.back;
     launch_vdev(true, d, s);
     CHECK(cudaStreamSynchronize(s));
     row("MoE dispatch 256 tokens, fused", [=](cudaStream_t st) { launch_vdev(true, d, st); }, s);
@@ -682,8 +697,8 @@ static void probes(cudaStream_t s) {
 }
 
 // For a profiler (ncu, nsys): the fused kernel, its stages and an empty kernel at the
-// op's grid, 20 eager launches each, 4 KiB; the fused kernel once at 64 MiB; then
-// all_to_all and the least SM copy of 4 KiB, 20 each.
+// op's grid, 20 eager launches each, 1-D 4 KiB, then MoE dispatch and combine; the fused
+// kernel once at 64 MiB; then all_to_all and the least SM copy of 4 KiB, 20 each.
 static void profile_kernels(cudaStream_t s) {
   Dev a(64 << 20), b(64 << 20), table(8), so(16);
   const OpsParams v = vdev_1d_params(a, b, table, so, 4096);
@@ -698,6 +713,14 @@ static void profile_kernels(cudaStream_t s) {
   for (const void* fn : kernels) {
     for (int i = 0; i < 20; ++i) kernel(fn, v.blocks_per_peer, v, s);
     CHECK(cudaStreamSynchronize(s));
+  }
+  // MoE: dispatch first (combine reads its out_splits_offsets), then the stages of each.
+  const Moe moe;
+  for (const OpsParams* m : {&moe.dispatch, &moe.combine}) {
+    for (const void* fn : kernels) {
+      for (int i = 0; i < 20; ++i) kernel(fn, m->blocks_per_peer, *m, s);
+      CHECK(cudaStreamSynchronize(s));
+    }
   }
   const OpsParams big = vdev_1d_params(a, b, table, so, a.n);
   kernel(reinterpret_cast<const void*>(symmwin_ops_a2av), big.blocks_per_peer, big, s);
