@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
-"""The ops kernels of two commits side by side, in one run on one GPU.
+"""The ops kernels of two or more commits side by side, in one run on one GPU.
 
     python3 bench/kernel_ab.py main my-branch                 # A = main, B = my-branch
     python3 bench/kernel_ab.py main my-branch --rounds 3 -- --only 'MoE|4 KiB'
+    python3 bench/kernel_ab.py main try-1 try-2 --rounds 1    # A, B and C
 
-bench/fixed_cost.cu (from the work tree) is built twice with nvcc, once against each
-commit's crates/symmwin-cuda/kernels (or a directory given instead of a commit: the
-work tree's own kernels, or a copy of them where there is no git history), and the two
-programs run alternately, A B A B, so that a clock or a neighbour that drifts during
-the run shows in both columns. Each
-run checks the all_to_all_vdev family against its CPU reference first; a run whose
-checks fail, or that stops, is reported and makes the exit status 1. Then every row
-the harness timed is printed once per run: the graph figure (us per launch, median
-[min-max] of 5 repeats), then the eager one.
+bench/fixed_cost.cu (from the work tree) is built once per side with nvcc, against
+that commit's crates/symmwin-cuda/kernels (or a directory given instead of a commit:
+the work tree's own kernels, or a copy of them where there is no git history), and
+the programs run in turn, A B A B (A B C A B C with three), so that a clock or a
+neighbour that drifts during the run shows in every column. Each run checks the
+all_to_all_vdev family against its CPU reference first; a run whose checks fail, or
+that stops, is reported and makes the exit status 1. Then every row the harness
+timed is printed once per run: the graph figure (us per launch, median [min-max] of
+5 repeats), then the eager one.
 
-Only kernels differ between A and B: a change to the harness, or to a kernel function
-the harness calls by name, must compile against both commits.
+Only kernels differ between the sides: a change to the harness, or to a kernel
+function the harness calls by name, must compile against every side.
 Arguments after `--` go to the harness: `--check-only`, or `--only REGEX` to time only
 the rows whose names match.
 """
@@ -110,11 +111,11 @@ def run_once(side: str, exe: Path, args: list[str], limit: float) -> Run:
         return parse(side, 124, out + f"\nstopped after {limit:.0f} s")
 
 
-def table(runs: list[Run], column: int, title: str) -> str:
+def table(runs: list[Run], sides: int, column: int, title: str) -> str:
     names: list[str] = []
     for run in runs:
         names += [n for n in run.rows if n not in names]
-    head = " | ".join(f"{r.side} run {i // 2 + 1}" for i, r in enumerate(runs))
+    head = " | ".join(f"{r.side} run {i // sides + 1}" for i, r in enumerate(runs))
     lines = [f"\n{title}\n", f"| row | {head} |", "| --- |" + " --- |" * len(runs)]
     for name in names:
         cells = " | ".join(r.rows[name][column] if name in r.rows else "-" for r in runs)
@@ -125,12 +126,16 @@ def table(runs: list[Run], column: int, title: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        usage="%(prog)s [options] A B [-- HARNESS ARGS]",
+        usage="%(prog)s [options] A B [C ...] [-- HARNESS ARGS]",
         epilog="Arguments after -- go to bench/fixed_cost.cu (--check-only, --only REGEX).",
     )
-    ap.add_argument("a", help="column A: a commit (or branch), or a directory of kernels")
-    ap.add_argument("b", help="column B: a commit (or branch), or a directory of kernels")
-    ap.add_argument("--rounds", type=int, default=2, help="A B pairs to run (default 2)")
+    ap.add_argument(
+        "revs",
+        nargs="+",
+        metavar="SIDE",
+        help="columns A, B, ...: each a commit (or branch), or a directory of kernels",
+    )
+    ap.add_argument("--rounds", type=int, default=2, help="runs of every side (default 2)")
     ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     ap.add_argument("--limit", type=float, default=300, help="seconds one run may take")
@@ -141,28 +146,32 @@ def main() -> int:
     harness_args = argv[split + 1 :]
     if opts.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if not 2 <= len(opts.revs) <= 26:
+        ap.error(f"give 2 to 26 sides to compare, not {len(opts.revs)}")
+    sides = {chr(ord("A") + i): rev for i, rev in enumerate(opts.revs)}
     if not os.path.exists(opts.nvcc):
         ap.error(f"no nvcc at {opts.nvcc}: install the CUDA toolkit or pass --nvcc")
 
     with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
         exes = {}
-        for side, rev in (("A", opts.a), ("B", opts.b)):
+        for side, rev in sides.items():
             kernels = kernels_of(rev, Path(tmp) / side)
             exes[side] = Path(tmp) / f"fixed_cost_{side}"
             build(opts.nvcc, opts.arch, kernels, exes[side])
         runs = [
             run_once(side, exes[side], harness_args, opts.limit)
             for _ in range(opts.rounds)
-            for side in ("A", "B")
+            for side in sides
         ]
 
-    print(f"\nA = {opts.a}, B = {opts.b}; harness: bench/fixed_cost.cu of the work tree")
+    named = ", ".join(f"{side} = {rev}" for side, rev in sides.items())
+    print(f"\n{named}; harness: bench/fixed_cost.cu of the work tree")
     for run in runs:
         print(f"{run.side}: {'; '.join(run.checks) or 'no checks printed'} (exit {run.status})")
         if not run.ok:
             print("  its last lines:\n    " + run.tail.replace("\n", "\n    "))
-    print(table(runs, 0, "Graph replay, us per launch, median [min-max] of 5 repeats"))
-    print(table(runs, 1, "Eager, us per launch, median [min-max] of 5 repeats"))
+    print(table(runs, len(sides), 0, "Graph replay, us per launch, median [min-max] of 5 repeats"))
+    print(table(runs, len(sides), 1, "Eager, us per launch, median [min-max] of 5 repeats"))
     return 0 if all(r.ok for r in runs) else 1
 
 

@@ -35,7 +35,7 @@ args = sys.argv[1:]
 kernels = args[args.index("-I") + 1]
 version = open(os.path.join(kernels, "ops.cu")).read().split("=")[1].strip()
 exe = args[args.index("-o") + 1]
-us = {"a": "1.00 [0.90-1.10]", "b": "0.50 [0.40-0.60]"}[version]
+us = {"a": "1.00 [0.90-1.10]", "b": "0.50 [0.40-0.60]", "c": "0.25 [0.20-0.30]"}[version]
 fail = 'if [ -n "$FAKE_B_FAILS" ]; then echo "CHECKS FAILED"; exit 1; fi' if version == "b" else ""
 with open(exe, "w") as f:
     f.write(f"""#!/bin/sh
@@ -102,6 +102,29 @@ def test_kernel_ab_puts_each_commits_kernels_in_its_own_column(tmp_path):
     eager = out.split("Eager")[1]
     assert "| a kernel with no eager figure | - | - | - | - |" in eager
     assert "A: vdev eager: 3 cases, 0 failures; all checks passed (exit 0)" in out
+
+
+def test_kernel_ab_runs_three_sides_in_turn(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    third = tmp_path / "try_c"
+    third.mkdir()
+    (third / "ops.cu").write_text("VERSION=c\n")
+    done = _kernel_ab(repo, "a", "b", str(third), "--rounds", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert sum(l.startswith("$ ") for l in out.splitlines()) == 3
+    assert [l.split(":")[0] for l in out.splitlines() if l.startswith("run ")] == ["run A", "run B", "run C"] * 2
+    assert f"A = a, B = b, C = {third}; harness:" in out
+    assert "| row | A run 1 | B run 1 | C run 1 | A run 2 | B run 2 | C run 2 |" in out
+    a, b, c = "1.00 [0.90-1.10]", "0.50 [0.40-0.60]", "0.25 [0.20-0.30]"
+    assert f"| empty kernel | {a} | {b} | {c} | {a} | {b} | {c} |" in out.split("Eager")[0]
+
+
+def test_kernel_ab_needs_two_sides(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    done = _kernel_ab(repo, "a")
+    assert done.returncode == 2
+    assert "give 2 to 26 sides to compare, not 1" in done.stderr
 
 
 def test_kernel_ab_fails_when_one_sides_checks_fail(tmp_path):
