@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -36,6 +37,14 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _wait_for(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
 def reinit_on_the_same_port(ctx):
     """Rendezvous, destroy the group (a tensor and handle still alive), then
     re-initialise on the same port with the first `args["second_world"]` ranks."""
@@ -45,8 +54,16 @@ def reinit_on_the_same_port(ctx):
     dist.barrier()
     dist.destroy_process_group()
     # Rank 0 serves the store: once it has let go, the port is closed (other ranks
-    # may get here before rank 0 has destroyed its group, so only rank 0 looks).
-    closed = not _port_open(ctx.port) if ctx.rank == 0 else None
+    # may get here before rank 0 has destroyed its group, so only rank 0 looks). It
+    # then says so through a file: a rank that connected before would reach the old
+    # store as it closes, and its second init would fail with a broken pipe.
+    store_closed = Path(ctx.args["store_closed"])
+    if ctx.rank == 0:
+        closed = not _port_open(ctx.port)
+        store_closed.touch()
+    else:
+        closed = None
+        _wait_for(store_closed, timeout=20)
     second_world = ctx.args["second_world"]
     if ctx.rank >= second_world:
         return {"first": first, "closed": closed, "second": None}

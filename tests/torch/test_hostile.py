@@ -14,8 +14,9 @@ from harness import run_world
 
 
 @pytest.mark.parametrize("second_world", [3, 2])
-def test_destroy_and_reinit_on_the_same_port(second_world):
-    results = run_world(3, "reinit_on_the_same_port", args={"second_world": second_world}, timeout=60)
+def test_destroy_and_reinit_on_the_same_port(second_world, tmp_path):
+    args = {"second_world": second_world, "store_closed": str(tmp_path / "store_closed")}
+    results = run_world(3, "reinit_on_the_same_port", args=args, timeout=60)
     assert results[0]["closed"], "the destroyed group's TCPStore port must be closed"
     for rank, r in enumerate(results):
         assert r["first"] == 10 + (rank + 1) % 3
