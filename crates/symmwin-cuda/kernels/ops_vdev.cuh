@@ -438,7 +438,8 @@ __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
 // Not inlined, so the copy loop gets registers of its own: inlined into the kernel,
 // ptxas kept the plan's values live across it and spilled them, and MoE dispatch and
 // combine ran 3.4 and 3.8 us slower (bench/fixed_cost.cu, H100).
-__device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo, int64_t hi) {
+__device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo,
+                                       int64_t hi) {
   if (lo >= hi) {
     return;
   }
