@@ -99,10 +99,48 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
             blockIdx.x, gridDim.x);
 }
 
+#if __has_include("ops_team.cuh")
 // The fused all_to_all_vdev kernel at world 1 (every block serves this rank's own rows),
 // stopped after stage `kStages` of 5: 1 gather and check the split tables, 2 plan where
 // every split lands, 3 write out_splits_offsets, 4 this block's segments, 5 copy. Each
-// row's difference from the one above is what that stage costs.
+// row's difference from the one above is what that stage costs. The plan runs in the
+// team the kernel picks (plan_for_block).
+template <typename Team, int kStages>
+__device__ int64_t probe_plan(const OpsParams& p, uint32_t s) {
+  using namespace symmwin_ops;
+  const int64_t base = gather_plan<Team>(p, s, true);
+  if (kStages < 2) return 0;
+  plan_offsets<Team>(p);
+  if (kStages < 3) return 0;
+  if (blockIdx.x == 0) write_out_splits_offsets<Team>(p);
+  if (kStages < 4) return 0;
+  return segments_of<Team>(p, s, base);
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_constant__ OpsParams p) {
+  using namespace symmwin_ops;
+  const uint32_t s = p.rank;
+  const uint32_t part = blockIdx.x % p.blocks_per_peer;
+  int64_t total;
+  if (p.world * p.experts > WarpTeam::kSize) {
+    total = probe_plan<BlockTeam, kStages>(p, s);
+  } else {
+    if (threadIdx.x < WarpTeam::kSize) {
+      const int64_t rows = probe_plan<WarpTeam, kStages>(p, s);
+      if (threadIdx.x == 0) vdev_rows_of_source = rows;
+    }
+    __syncthreads();
+    total = vdev_rows_of_source;
+  }
+  if (kStages < 5) return;
+  int64_t lo, hi;
+  share(total, part, p.blocks_per_peer, &lo, &hi);
+  copy_rows(p, s, total, lo, hi);
+}
+#else
+// The same stages in kernels from before ops_team.cuh, whose plan functions are not
+// templates, so bench/kernel_ab.py can still compare against them.
 template <int kStages>
 __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_constant__ OpsParams p) {
   using namespace symmwin_ops;
@@ -120,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   share(total, part, p.blocks_per_peer, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
 }
+#endif
 
 // Whether a kernel's cost grows with the code it runs rather than with its memory
 // traffic: the same mixing rounds (p.experts of them) straight-line (unrolled, every

@@ -37,12 +37,13 @@
 // and loaded with cuModuleLoadData, so installing needs no CUDA toolkit.
 //
 // Files: ops_device.cuh (addressing, failures, signals, copies), ops_collectives.cuh,
-// ops_vdev.cuh (the all_to_all_vdev family in one launch), ops_one_sided.cuh,
-// ops_tile_reduce.cuh. They are compiled as this one translation
+// ops_team.cuh (a plan's steps for a block or one warp), ops_vdev.cuh (the
+// all_to_all_vdev family in one launch), ops_one_sided.cuh, ops_tile_reduce.cuh. They are compiled as this one translation
 // unit, in this order, into one module (ops.ptx).
 
 #include "ops_device.cuh"
 #include "ops_collectives.cuh"
+#include "ops_team.cuh"
 #include "ops_vdev.cuh"
 #include "ops_one_sided.cuh"
 #include "ops_tile_reduce.cuh"

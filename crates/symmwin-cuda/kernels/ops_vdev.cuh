@@ -38,10 +38,9 @@
 #pragma once
 
 #include "ops_device.cuh"
+#include "ops_team.cuh"
 
 namespace symmwin_ops {
-
-constexpr uint32_t kWarps = kThreads / 32;
 
 // The plan of the op, in out_splits_offsets order: rows received, where they land.
 __shared__ int64_t vdev_splits[SYMMWIN_OPS_MAX_SPLITS];
@@ -52,10 +51,9 @@ __shared__ int64_t vdev_major[SYMMWIN_OPS_MAX_EXPERTS];
 // rows to this rank come before it, and where it starts in the source's input.
 __shared__ int64_t vdev_seg_first[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_seg_src[SYMMWIN_OPS_MAX_EXPERTS];
-__shared__ int64_t vdev_warp_sums[2][kWarps];
-// The first table entry that does not fit (first_bad_entry).
-__shared__ uint32_t vdev_first_bad;
 __shared__ uint32_t vdev_last_block;
+// The rows this block's source sends this rank, from warp 0's plan (plan_for_block).
+__shared__ int64_t vdev_rows_of_source;
 
 // A load of a split table that may belong to a peer: ordered after the ready signal
 // this thread's block saw, and never served from a stale cache line.
@@ -71,85 +69,6 @@ __device__ __forceinline__ uint32_t load_acquire_u32(const uint32_t* p) {
   return v;
 }
 
-// Calls body(i) for every i < count that this thread owns (threadIdx.x, + kThreads,
-// ...). Every thread of the block runs the same number of rounds, whatever `count`: a
-// loop whose trip count differs between the lanes of a warp can leave the warp split
-// in two, and every warp shuffle after it then runs on ptxas's slow path for diverged
-// warps (the plan at world 1 spent most of its time there; bench/results/
-// 2026-12-06-one-gpu-vdev-profile.md). Every loop of the plan goes through here.
-template <typename Body>
-__device__ __forceinline__ void for_each_owned(uint32_t count, Body body) {
-  for (uint32_t first = 0; first < count; first += kThreads) {
-    const uint32_t i = first + threadIdx.x;
-    if (i < count) {
-      body(i);
-    }
-  }
-}
-
-__device__ __forceinline__ int64_t warp_sum(int64_t v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sums `a` and `b` over the block; every thread gets both. Called by every thread.
-__device__ void block_sum2(int64_t* a, int64_t* b) {
-  const int64_t wa = warp_sum(*a);
-  const int64_t wb = warp_sum(*b);
-  const uint32_t warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 == 0) {
-    vdev_warp_sums[0][warp] = wa;
-    vdev_warp_sums[1][warp] = wb;
-  }
-  __syncthreads();
-  int64_t sa = 0, sb = 0;
-  for (uint32_t w = 0; w < kWarps; ++w) {
-    sa += vdev_warp_sums[0][w];
-    sb += vdev_warp_sums[1][w];
-  }
-  __syncthreads();  // the sums are read before anyone reuses them
-  *a = sa;
-  *b = sb;
-}
-
-// Exclusive prefix sums of in[0, count) into out (which may be `in`); returns the
-// total. Each thread scans a contiguous run, the warps combine with shuffles, so the
-// block synchronises twice whatever the count. Called by every thread.
-__device__ int64_t block_scan(const int64_t* in, int64_t* out, uint32_t count) {
-  const uint32_t per = (count + kThreads - 1) / kThreads;
-  const uint32_t lo = min(count, threadIdx.x * per);
-  const uint32_t hi = min(count, lo + per);
-  int64_t mine = 0;
-  for (uint32_t k = 0; k < per; ++k) {  // `per` rounds in every thread (see for_each_owned)
-    if (lo + k < hi) mine += in[lo + k];
-  }
-  const uint32_t lane = threadIdx.x % 32;
-  const uint32_t warp = threadIdx.x / 32;
-  int64_t incl = mine;
-  for (uint32_t o = 1; o < 32; o <<= 1) {
-    const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) vdev_warp_sums[0][warp] = incl;
-  __syncthreads();
-  int64_t before = 0, total = 0;
-  for (uint32_t w = 0; w < kWarps; ++w) {
-    const int64_t x = vdev_warp_sums[0][w];
-    before += w < warp ? x : 0;
-    total += x;
-  }
-  int64_t run = before + incl - mine;
-  for (uint32_t k = 0; k < per; ++k) {
-    if (lo + k < hi) {
-      const int64_t v = in[lo + k];
-      out[lo + k] = run;
-      run += v;
-    }
-  }
-  __syncthreads();
-  return total;
-}
-
 // Index in out_splits_offsets of the rows source `s` sends this rank for segment e.
 __device__ __forceinline__ uint32_t recv_index(const OpsParams& p, uint32_t s, uint32_t e) {
   return p.mode == SYMMWIN_A2AV_2D ? e * p.world + s : s * p.experts + e;
@@ -161,26 +80,6 @@ __device__ __forceinline__ uint32_t source_of(const OpsParams& p, uint32_t i) {
 }
 __device__ __forceinline__ uint32_t expert_of(const OpsParams& p, uint32_t i) {
   return p.mode == SYMMWIN_A2AV_2D ? i / p.world : i % p.experts;
-}
-
-// No table entry (own_split's `bad` when every split fits).
-constexpr uint32_t kNoEntry = 0xffffffffu;
-
-// The first table entry that does not fit, over the block, from every thread's `bad`
-// (its own first, kNoEntry for none). One barrier when no thread found one: only a
-// failure pays for the minimum. Called by every thread; every thread gets it.
-__device__ __forceinline__ uint32_t first_bad_entry(uint32_t bad) {
-  if (threadIdx.x == 0) {
-    vdev_first_bad = kNoEntry;
-  }
-  if (!__syncthreads_or(bad != kNoEntry)) {
-    return kNoEntry;
-  }
-  if (bad != kNoEntry) {
-    atomicMin(&vdev_first_bad, bad);
-  }
-  __syncthreads();
-  return vdev_first_bad;
 }
 
 // Entry i of this rank's own table: its rows. A split must be non-negative and inside
@@ -229,10 +128,11 @@ __device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own
 // `sent` summed over the block): a split that does not fit traps here, in thread 0,
 // naming the first entry that does not fit (a sum past the input only when every
 // entry fits alone). Called by every thread.
+template <typename Team>
 __device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const char* own,
                                                       uint32_t bad, int64_t sent,
                                                       int64_t in_rows) {
-  bad = first_bad_entry(bad);
+  bad = first_bad_entry<Team>(bad);
   if (threadIdx.x != 0) {
     return;
   }
@@ -247,27 +147,29 @@ __device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const 
 // Every split this rank sends fits its own input; a split that does not traps here,
 // before a peer is told it may read (or, in a block serving this rank, before a byte
 // of our own rows moves). Called by every thread; synchronises.
+template <typename Team>
 __device__ void check_own_table(const OpsParams& p) {
   const char* own = operand_at(p.src_splits, p.rank);
   const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, unused = 0;
   uint32_t bad = kNoEntry;
-  for_each_owned(p.world * p.experts,
-                 [&](uint32_t i) { sent += own_split(p, own, i, in_rows, &bad); });
-  block_sum2(&sent, &unused);
-  fail_if_own_table_bad(p, own, bad, sent, in_rows);
-  __syncthreads();  // a thread that traps never gets here, so no signal follows it
+  for_each_owned<Team>(p.world * p.experts,
+                       [&](uint32_t i) { sent += own_split(p, own, i, in_rows, &bad); });
+  Team::sum2(&sent, &unused);
+  fail_if_own_table_bad<Team>(p, own, bad, sent, in_rows);
+  Team::sync();  // a thread that traps never gets here, so no signal follows it
 }
 
 // Waits until every peer's ready signal is in this rank's pad, without taking it
 // (acquire loads; the op's last block clears them, see release_tables). A signal with
 // another operand fingerprint fails naming the peer; one report names every late peer.
 // Called by every thread; synchronises.
+template <typename Team>
 __device__ void observe_peers(const OpsParams& p, uint32_t channel) {
   if (threadIdx.x == 0) {
     block_timeouts.init(p.world - 1);
   }
-  __syncthreads();
+  Team::sync();
   if (is_peer_thread(p)) {
     const uint32_t t = threadIdx.x;
     const uint32_t* slot = pad_slot(p, p.rank, channel, t);
@@ -283,7 +185,7 @@ __device__ void observe_peers(const OpsParams& p, uint32_t channel) {
     }
     block_timeouts.finish(p.wait, channel, t, waited);
   }
-  __syncthreads();
+  Team::sync();
 }
 
 // Reads what the block plans from: the rows every source sends this rank (into
@@ -292,6 +194,7 @@ __device__ void observe_peers(const OpsParams& p, uint32_t channel) {
 // explicit input offset (2-D offset: vdev_seg_src). Every read of a peer's table is
 // an acquire load after that peer's ready signal was seen. A block that copies our
 // own rows (`check`) checks our table in the same pass. Called by every thread.
+template <typename Team>
 __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
   const uint32_t n = p.world * p.experts;
   const bool explicit_offsets = p.mode == SYMMWIN_A2AV_2D_OFFSET;
@@ -301,7 +204,7 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
   const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, base = 0;
   uint32_t bad = kNoEntry;
-  for_each_owned(n, [&](uint32_t i) {
+  for_each_owned<Team>(n, [&](uint32_t i) {
     const uint32_t src = source_of(p, i);
     const uint32_t e = expert_of(p, i);
     uint64_t at;
@@ -315,21 +218,22 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
     if (i < before) base += load_acquire_i64(theirs + i * sizeof(int64_t));
   });
   if (explicit_offsets) {
-    for_each_owned(p.experts, [&](uint32_t e) {
+    for_each_owned<Team>(p.experts, [&](uint32_t e) {
       const uint64_t at = n + static_cast<uint64_t>(e) * p.world + p.rank;
       vdev_seg_src[e] = load_acquire_i64(theirs + at * sizeof(int64_t));
     });
   }
-  block_sum2(&sent, &base);
-  if (check) fail_if_own_table_bad(p, own, bad, sent, in_rows);
+  Team::sum2(&sent, &base);
+  if (check) fail_if_own_table_bad<Team>(p, own, bad, sent, in_rows);
   return base;
 }
 
 // Called by every thread once the block has read every peer table it reads: counts
 // the block in slot (channel, rank) of the own pad, and returns true (in every thread)
 // in the last block of the grid to get here.
+template <typename Team>
 __device__ bool last_to_read_tables(const OpsParams& p, uint32_t channel) {
-  __syncthreads();  // every thread's table reads are done
+  Team::sync();  // every thread's table reads are done
   if (threadIdx.x == 0) {
     uint32_t* counter = pad_slot(p, p.rank, channel, p.rank);
     uint32_t before;
@@ -339,7 +243,7 @@ __device__ bool last_to_read_tables(const OpsParams& p, uint32_t channel) {
                  : "memory");
     vdev_last_block = before + 1 == gridDim.x ? 1u : 0u;
   }
-  __syncthreads();
+  Team::sync();
   return vdev_last_block != 0u;
 }
 
@@ -359,35 +263,36 @@ __device__ void release_tables(const OpsParams& p, uint32_t ready, uint32_t tabl
 
 // Where every received split lands in `out` (vdev_offsets); stops before anything is
 // copied when one does not fit. Called by every thread; synchronises.
+template <typename Team>
 __device__ void plan_offsets(const OpsParams& p) {
   const uint32_t n = p.world * p.experts;
-  const int64_t total = block_scan(vdev_splits, vdev_offsets, n);
+  const int64_t total = team_scan<Team>(vdev_splits, vdev_offsets, n);
   if (p.mode == SYMMWIN_A2AV_2D) {
     // Expert-major: expert m's sources are entries [m * world, (m + 1) * world).
     const uint32_t minor = p.world;
     const uint32_t major = p.experts;
     const int64_t a = p.major_align;
-    for_each_owned(major, [&](uint32_t m) {
+    for_each_owned<Team>(major, [&](uint32_t m) {
       const int64_t start = vdev_offsets[m * minor];
       const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
       const int64_t aligned = (end - start + a - 1) / a * a;
       vdev_major[m] = aligned > a ? aligned : a;
     });
-    __syncthreads();
-    block_scan(vdev_major, vdev_major, major);
-    for_each_owned(major, [&](uint32_t m) { vdev_major[m] -= vdev_offsets[m * minor]; });
-    __syncthreads();
-    for_each_owned(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
-    __syncthreads();
+    Team::sync();
+    team_scan<Team>(vdev_major, vdev_major, major);
+    for_each_owned<Team>(major, [&](uint32_t m) { vdev_major[m] -= vdev_offsets[m * minor]; });
+    Team::sync();
+    for_each_owned<Team>(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
+    Team::sync();
   }
   const int64_t room = static_cast<int64_t>(p.dst.bytes / p.row_bytes);
   uint32_t bad = kNoEntry;
-  for_each_owned(n, [&](uint32_t i) {
+  for_each_owned<Team>(n, [&](uint32_t i) {
     if (vdev_offsets[i] + vdev_splits[i] > room) {
       bad = min(bad, i);
     }
   });
-  bad = first_bad_entry(bad);
+  bad = first_bad_entry<Team>(bad);
   if (bad != kNoEntry && threadIdx.x == 0) {
     fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, bad), vdev_splits[bad],
                vdev_offsets[bad], room);
@@ -395,11 +300,12 @@ __device__ void plan_offsets(const OpsParams& p) {
 }
 
 // out_splits_offsets, from the plan (one block writes it).
+template <typename Team>
 __device__ void write_out_splits_offsets(const OpsParams& p) {
   const uint32_t n = p.world * p.experts;
   int64_t* out_splits = reinterpret_cast<int64_t*>(operand_at(p.dst_splits, p.rank));
   int64_t* out_offsets = out_splits + n;
-  for_each_owned(n, [&](uint32_t i) {
+  for_each_owned<Team>(n, [&](uint32_t i) {
     out_splits[i] = vdev_splits[i];
     out_offsets[i] = vdev_offsets[i];
   });
@@ -407,15 +313,16 @@ __device__ void write_out_splits_offsets(const OpsParams& p) {
 
 // The segments source `s` sends this rank (vdev_seg_first, vdev_seg_src), from the
 // plan and `base` (gather_plan); returns all their rows. Called by every thread.
+template <typename Team>
 __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
   if (p.mode == SYMMWIN_A2AV_2D) {
     // Expert-major: source s's segments lie apart in the plan, so they are summed anew.
-    for_each_owned(p.experts,
+    for_each_owned<Team>(p.experts,
                    [&](uint32_t e) { vdev_seg_first[e] = vdev_splits[recv_index(p, s, e)]; });
-    __syncthreads();
-    const int64_t total = block_scan(vdev_seg_first, vdev_seg_first, p.experts);
-    for_each_owned(p.experts, [&](uint32_t e) { vdev_seg_src[e] = base + vdev_seg_first[e]; });
-    __syncthreads();
+    Team::sync();
+    const int64_t total = team_scan<Team>(vdev_seg_first, vdev_seg_first, p.experts);
+    for_each_owned<Team>(p.experts, [&](uint32_t e) { vdev_seg_src[e] = base + vdev_seg_first[e]; });
+    Team::sync();
     return total;
   }
   // Rank-major (1-D, 2-D offset): source s's segments are consecutive entries of the
@@ -424,13 +331,13 @@ __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
   const uint32_t first = s * p.experts;
   const uint32_t last = first + p.experts - 1;
   const int64_t start = vdev_offsets[first];
-  for_each_owned(p.experts, [&](uint32_t e) {
+  for_each_owned<Team>(p.experts, [&](uint32_t e) {
     vdev_seg_first[e] = vdev_offsets[first + e] - start;
     if (p.mode == SYMMWIN_A2AV_1D) {
       vdev_seg_src[e] = base + vdev_seg_first[e];
     }
   });
-  __syncthreads();
+  Team::sync();
   return vdev_offsets[last] + vdev_splits[last] - start;
 }
 
@@ -472,6 +379,52 @@ __device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t t
   }
 }
 
+// Everything before the copy, run by `Team`: this rank's table checked and announced
+// (a block that serves a peer's rows, share 0), every peer's ready signal seen, the
+// tables read, the plan made, and source `s`'s segments found. Returns the rows `s`
+// sends this rank. Called by every thread of the team.
+template <typename Team>
+__device__ int64_t plan_the_op(const OpsParams& p, uint32_t s, uint32_t part) {
+  const uint32_t ready = p.channel;
+  const uint32_t tables = p.channel + 1;
+  const bool own_rows = s == p.rank;
+  if (!own_rows && part == 0) {
+    check_own_table<Team>(p);
+    if (threadIdx.x == 0) {
+      signal_peer(p, s, ready);
+    }
+  }
+  if (p.world > 1) {
+    observe_peers<Team>(p, ready);
+  }
+  const int64_t base = gather_plan<Team>(p, s, own_rows);
+  if (p.world > 1 && last_to_read_tables<Team>(p, ready)) {
+    release_tables(p, ready, tables);
+  }
+  plan_offsets<Team>(p);
+  if (blockIdx.x == 0) {
+    write_out_splits_offsets<Team>(p);
+  }
+  return segments_of<Team>(p, s, base);
+}
+
+// The rows source `s` sends this rank, once the plan is made: by warp 0 alone when
+// every table has at most 32 entries (a lane reads one entry of each, as a thread of
+// the block would), else by the whole block. Called by every thread; synchronises.
+__device__ int64_t plan_for_block(const OpsParams& p, uint32_t s, uint32_t part) {
+  if (p.world * p.experts > WarpTeam::kSize) {
+    return plan_the_op<BlockTeam>(p, s, part);
+  }
+  if (threadIdx.x < WarpTeam::kSize) {
+    const int64_t rows = plan_the_op<WarpTeam>(p, s, part);
+    if (threadIdx.x == 0) {
+      vdev_rows_of_source = rows;
+    }
+  }
+  __syncthreads();  // the warp's plan, in shared memory, is the block's
+  return vdev_rows_of_source;
+}
+
 }  // namespace symmwin_ops
 
 // The whole op in one launch: see the top of this file.
@@ -481,34 +434,15 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const uint32_t bpp = p.blocks_per_peer;
   const uint32_t s = (p.rank + 1 + blockIdx.x / bpp) % p.world;
   const uint32_t part = blockIdx.x % bpp;
-  const uint32_t ready = p.channel;
-  const uint32_t tables = p.channel + 1;
-  const uint32_t done = p.channel + 2 + part;
-  const bool own_rows = s == p.rank;
-  if (!own_rows && part == 0) {
-    check_own_table(p);
-    if (threadIdx.x == 0) {
-      signal_peer(p, s, ready);
-    }
-  }
-  if (p.world > 1) {
-    observe_peers(p, ready);
-  }
-  const int64_t base = gather_plan(p, s, own_rows);
-  if (p.world > 1 && last_to_read_tables(p, ready)) {
-    release_tables(p, ready, tables);
-  }
-  plan_offsets(p);
-  if (blockIdx.x == 0) {
-    write_out_splits_offsets(p);
-  }
-  const int64_t total = segments_of(p, s, base);
+  const int64_t total = plan_for_block(p, s, part);
   int64_t lo, hi;
   share(total, part, bpp, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
-  if (own_rows) {
+  if (s == p.rank) {
     return;
   }
+  const uint32_t tables = p.channel + 1;
+  const uint32_t done = p.channel + 2 + part;
   block_signal(p, s, done);
   if (threadIdx.x == 0) {
     wait_peer(p, s, done);
