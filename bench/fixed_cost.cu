@@ -99,7 +99,31 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
             blockIdx.x, gridDim.x);
 }
 
-#if __has_include("ops_team.cuh")
+#if !__has_include("ops_team.cuh")
+// Kernels from before ops_team.cuh (for bench/kernel_ab.py against older commits): the
+// block plans every table, and the plan's steps are plain functions.
+namespace symmwin_ops {
+struct BlockTeam {};
+struct WarpTeam {
+  static constexpr uint32_t kSize = 32;
+};
+__device__ __forceinline__ bool plan_fits_one_warp(const OpsParams&) { return false; }
+__shared__ int64_t vdev_rows_of_source;
+template <typename Team>
+__device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
+  return gather_plan(p, s, check);
+}
+template <typename Team>
+__device__ void plan_offsets(const OpsParams& p) { plan_offsets(p); }
+template <typename Team>
+__device__ void write_out_splits_offsets(const OpsParams& p) { write_out_splits_offsets(p); }
+template <typename Team>
+__device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
+  return segments_of(p, s, base);
+}
+}  // namespace symmwin_ops
+#endif
+
 // The fused all_to_all_vdev kernel at world 1 (every block serves this rank's own rows),
 // stopped after stage `kStages` of 5: 1 gather and check the split tables, 2 plan where
 // every split lands, 3 write out_splits_offsets, 4 this block's segments, 5 copy. Each
@@ -123,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   const uint32_t s = p.rank;
   const uint32_t part = blockIdx.x % p.blocks_per_peer;
   int64_t total;
-  if (p.world * p.experts > WarpTeam::kSize) {
+  if (!plan_fits_one_warp(p)) {
     total = probe_plan<BlockTeam, kStages>(p, s);
   } else {
     if (threadIdx.x < WarpTeam::kSize) {
@@ -138,27 +162,6 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   share(total, part, p.blocks_per_peer, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
 }
-#else
-// The same stages in kernels from before ops_team.cuh, whose plan functions are not
-// templates, so bench/kernel_ab.py can still compare against them.
-template <int kStages>
-__global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_constant__ OpsParams p) {
-  using namespace symmwin_ops;
-  const uint32_t s = p.rank;
-  const uint32_t part = blockIdx.x % p.blocks_per_peer;
-  const int64_t base = gather_plan(p, s, true);
-  if (kStages < 2) return;
-  plan_offsets(p);
-  if (kStages < 3) return;
-  if (blockIdx.x == 0) write_out_splits_offsets(p);
-  if (kStages < 4) return;
-  const int64_t total = segments_of(p, s, base);
-  if (kStages < 5) return;
-  int64_t lo, hi;
-  share(total, part, p.blocks_per_peer, &lo, &hi);
-  copy_rows(p, s, total, lo, hi);
-}
-#endif
 
 // Whether a kernel's cost grows with the code it runs rather than with its memory
 // traffic: the same mixing rounds (p.experts of them) straight-line (unrolled, every

@@ -408,11 +408,16 @@ __device__ int64_t plan_the_op(const OpsParams& p, uint32_t s, uint32_t part) {
   return segments_of<Team>(p, s, base);
 }
 
-// The rows source `s` sends this rank, once the plan is made: by warp 0 alone when
-// every table has at most 32 entries (a lane reads one entry of each, as a thread of
-// the block would), else by the whole block. Called by every thread; synchronises.
+// Whether warp 0 alone plans the op: every table has at most 32 entries, so a lane
+// reads one entry of each, as a thread of the block would.
+__device__ __forceinline__ bool plan_fits_one_warp(const OpsParams& p) {
+  return p.world * p.experts <= WarpTeam::kSize;
+}
+
+// The rows source `s` sends this rank, once the plan is made: by warp 0 alone when it
+// fits one warp, else by the whole block. Called by every thread; synchronises.
 __device__ int64_t plan_for_block(const OpsParams& p, uint32_t s, uint32_t part) {
-  if (p.world * p.experts > WarpTeam::kSize) {
+  if (!plan_fits_one_warp(p)) {
     return plan_the_op<BlockTeam>(p, s, part);
   }
   if (threadIdx.x < WarpTeam::kSize) {
