@@ -477,8 +477,12 @@ static void vdev_stages(const OpsParams& v, cudaStream_t s) {
         code(reinterpret_cast<const void*>(probe_code<true>)), s);
   }
   stage_rows("  ", v, s);
-  row("  the fused kernel, 1 block", k(reinterpret_cast<const void*>(symmwin_ops_a2av), 1), s);
-  row("  stage 5 probe, 1 block", k(reinterpret_cast<const void*>(probe_a2av_stages<5>), 1), s);
+  // One block of the op's grid alone: it plans, and its share of the one row is empty
+  // (the row is the last block's), so these rows are the plan without the copy.
+  row("  the fused kernel, its first block alone (plans, copies nothing)",
+      k(reinterpret_cast<const void*>(symmwin_ops_a2av), 1), s);
+  row("  stage 5 probe, its first block alone (plans, copies nothing)",
+      k(reinterpret_cast<const void*>(probe_a2av_stages<5>), 1), s);
 }
 
 // Checks out_splits_offsets and every received row of `c` after the op ran.
