@@ -8,6 +8,10 @@
 // ops kernel does, and every such wait is a timed wait through wait.cuh that names the
 // peer when it times out or the peer's process ends.
 //
+// Who plans in a block (ops_team.cuh): warp 0 alone when every table has 32 entries or
+// fewer (world * experts <= 32: the 1-D op up to world 32, MoE at small worlds), with
+// warp shuffles and no block barrier until the plan is done; else the whole block.
+//
 // Grid: world * blocks_per_peer. Block b serves source s = (rank + 1 + b / bpp) % world
 // with share b % bpp of the rows s sends this rank (the pull of ops_collectives.cuh).
 //
