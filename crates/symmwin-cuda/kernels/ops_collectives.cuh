@@ -20,8 +20,8 @@ using namespace symmwin_ops;
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_all_to_all(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
-  const uint32_t peer = (p.rank + 1 + blockIdx.x / bpp) % p.world;
-  const uint32_t part = blockIdx.x % bpp;
+  uint32_t peer, part;
+  peer_and_share(p, &peer, &part);
   const char* src = operand_at(p.src, p.rank) + static_cast<uint64_t>(peer) * p.bytes;
   char* dst = operand_at(p.dst, peer) + static_cast<uint64_t>(p.rank) * p.bytes;
   if (peer == p.rank) {

@@ -275,6 +275,15 @@ __device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part,
   }
 }
 
+// The peer block blockIdx.x serves in a grid of world * blocks_per_peer blocks, and its
+// share of that peer's data: peer (rank + 1 + b / bpp) % world (staggered, so ranks
+// start on different peers), share b % bpp.
+__device__ __forceinline__ void peer_and_share(const OpsParams& p, uint32_t* peer, uint32_t* part) {
+  const uint32_t bpp = p.blocks_per_peer;
+  *peer = (p.rank + 1 + blockIdx.x / bpp) % p.world;
+  *part = blockIdx.x % bpp;
+}
+
 // Rows [lo, hi) of `parts` equal shares of `total` rows, for share `part`.
 __device__ __forceinline__ void share(int64_t total, uint32_t part, uint32_t parts, int64_t* lo,
                                       int64_t* hi) {

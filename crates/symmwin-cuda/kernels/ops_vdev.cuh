@@ -441,8 +441,8 @@ __device__ int64_t plan_for_block(const OpsParams& p, uint32_t s, uint32_t part)
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_a2av(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
-  const uint32_t s = (p.rank + 1 + blockIdx.x / bpp) % p.world;
-  const uint32_t part = blockIdx.x % bpp;
+  uint32_t s, part;
+  peer_and_share(p, &s, &part);
   const int64_t total = plan_for_block(p, s, part);
   int64_t lo, hi;
   share(total, part, bpp, &lo, &hi);
