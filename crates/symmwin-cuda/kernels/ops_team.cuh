@@ -80,9 +80,10 @@ struct BlockTeam {
     *total = t;
   }
 
-  // The least `bad` over the block. One barrier when no thread found one: only a
-  // failure pays for the minimum.
-  __device__ static uint32_t min_entry(uint32_t bad) {
+  // The first table entry that does not fit, over the block, from every thread's `bad`
+  // (its own first, kNoEntry for none); every thread gets it. One barrier when no
+  // thread found one: only a failure pays for the minimum.
+  __device__ static uint32_t first_bad_entry(uint32_t bad) {
     if (threadIdx.x == 0) {
       team_first_bad = kNoEntry;
     }
@@ -115,7 +116,7 @@ struct WarpTeam {
     *total = __shfl_sync(kFullMask, incl, 31);
   }
 
-  __device__ static uint32_t min_entry(uint32_t bad) {
+  __device__ static uint32_t first_bad_entry(uint32_t bad) {
     const uint32_t least = __reduce_min_sync(kFullMask, bad);
     __syncwarp();
     return least;
@@ -164,14 +165,6 @@ __device__ int64_t team_scan(const int64_t* in, int64_t* out, uint32_t count) {
   }
   Team::sync();
   return total;
-}
-
-// The first table entry that does not fit, over the team, from every thread's `bad`
-// (its own first, kNoEntry for none). Called by every thread of the team; every one
-// gets it.
-template <typename Team>
-__device__ __forceinline__ uint32_t first_bad_entry(uint32_t bad) {
-  return Team::min_entry(bad);
 }
 
 }  // namespace symmwin_ops

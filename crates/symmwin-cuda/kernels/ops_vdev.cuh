@@ -136,7 +136,7 @@ template <typename Team>
 __device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const char* own,
                                                       uint32_t bad, int64_t sent,
                                                       int64_t in_rows) {
-  bad = first_bad_entry<Team>(bad);
+  bad = Team::first_bad_entry(bad);
   if (threadIdx.x != 0) {
     return;
   }
@@ -296,7 +296,7 @@ __device__ void plan_offsets(const OpsParams& p) {
       bad = min(bad, i);
     }
   });
-  bad = first_bad_entry<Team>(bad);
+  bad = Team::first_bad_entry(bad);
   if (bad != kNoEntry && threadIdx.x == 0) {
     fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, bad), vdev_splits[bad],
                vdev_offsets[bad], room);
