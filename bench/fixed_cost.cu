@@ -104,11 +104,10 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
 // block plans every table, and the plan's steps are plain functions.
 namespace symmwin_ops {
 struct BlockTeam {};
-struct WarpTeam {
-  static constexpr uint32_t kSize = 32;
-};
-__device__ __forceinline__ bool plan_fits_one_warp(const OpsParams&) { return false; }
-__shared__ int64_t vdev_rows_of_source;
+template <typename Plan>
+__device__ int64_t plan_in_team(const OpsParams&, Plan plan) {
+  return plan(BlockTeam{});
+}
 template <typename Team>
 __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
   return gather_plan(p, s, check);
@@ -128,7 +127,7 @@ __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
 // stopped after stage `kStages` of 5: 1 gather and check the split tables, 2 plan where
 // every split lands, 3 write out_splits_offsets, 4 this block's segments, 5 copy. Each
 // row's difference from the one above is what that stage costs. The plan runs in the
-// team the kernel picks (plan_for_block).
+// team the kernel picks (plan_in_team).
 template <typename Team, int kStages>
 __device__ int64_t probe_plan(const OpsParams& p, uint32_t s) {
   using namespace symmwin_ops;
@@ -146,17 +145,8 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   using namespace symmwin_ops;
   const uint32_t s = p.rank;
   const uint32_t part = blockIdx.x % p.blocks_per_peer;
-  int64_t total;
-  if (!plan_fits_one_warp(p)) {
-    total = probe_plan<BlockTeam, kStages>(p, s);
-  } else {
-    if (threadIdx.x < WarpTeam::kSize) {
-      const int64_t rows = probe_plan<WarpTeam, kStages>(p, s);
-      if (threadIdx.x == 0) vdev_rows_of_source = rows;
-    }
-    __syncthreads();
-    total = vdev_rows_of_source;
-  }
+  const int64_t total =
+      plan_in_team(p, [&](auto team) { return probe_plan<decltype(team), kStages>(p, s); });
   if (kStages < 5) return;
   int64_t lo, hi;
   share(total, part, p.blocks_per_peer, &lo, &hi);

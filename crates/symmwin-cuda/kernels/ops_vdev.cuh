@@ -56,7 +56,7 @@ __shared__ int64_t vdev_major[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_seg_first[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ int64_t vdev_seg_src[SYMMWIN_OPS_MAX_EXPERTS];
 __shared__ uint32_t vdev_last_block;
-// The rows this block's source sends this rank, from warp 0's plan (plan_for_block).
+// The rows this block's source sends this rank, from warp 0's plan (plan_in_team).
 __shared__ int64_t vdev_rows_of_source;
 
 // A load of a split table that may belong to a peer: ordered after the ready signal
@@ -418,14 +418,17 @@ __device__ __forceinline__ bool plan_fits_one_warp(const OpsParams& p) {
   return p.world * p.experts <= WarpTeam::kSize;
 }
 
-// The rows source `s` sends this rank, once the plan is made: by warp 0 alone when it
-// fits one warp, else by the whole block. Called by every thread; synchronises.
-__device__ int64_t plan_for_block(const OpsParams& p, uint32_t s, uint32_t part) {
+// Runs `plan(team)`, which plans into shared memory and returns the rows this block's
+// source sends this rank, in the team that plans the op: warp 0 alone when the plan
+// fits one warp, else the whole block. Every thread gets the rows. Called by every
+// thread; synchronises.
+template <typename Plan>
+__device__ int64_t plan_in_team(const OpsParams& p, Plan plan) {
   if (!plan_fits_one_warp(p)) {
-    return plan_the_op<BlockTeam>(p, s, part);
+    return plan(BlockTeam{});
   }
   if (threadIdx.x < WarpTeam::kSize) {
-    const int64_t rows = plan_the_op<WarpTeam>(p, s, part);
+    const int64_t rows = plan(WarpTeam{});
     if (threadIdx.x == 0) {
       vdev_rows_of_source = rows;
     }
@@ -443,7 +446,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   const uint32_t bpp = p.blocks_per_peer;
   uint32_t s, part;
   peer_and_share(p, &s, &part);
-  const int64_t total = plan_for_block(p, s, part);
+  const int64_t total =
+      plan_in_team(p, [&](auto team) { return plan_the_op<decltype(team)>(p, s, part); });
   int64_t lo, hi;
   share(total, part, bpp, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
