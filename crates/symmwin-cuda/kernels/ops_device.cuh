@@ -32,13 +32,21 @@ __device__ __forceinline__ uint32_t* pad_slot(const OpsParams& p, uint32_t owner
 // wait.cuh's flush-then-trap, in one out-of-line copy for the three failures below.
 __device__ __noinline__ void trap_after_print() { symmwin::flush_then_trap(); }
 
-// First writer wins; the fields are written before the word, so the host never sees
-// a word without its details.
+// Claimed by the first thread of this module to record a split failure, as wait.cuh's
+// g_report_claimed is by the first timeout report. Several blocks can find a bad
+// split at once; checking the word alone let two of them both see it clear and write
+// their fields over each other, so the host could read one failure's kind with
+// another's rows. External linkage for the same reason as g_report_claimed.
+__device__ uint32_t g_split_failure_claimed;
+
+// First writer wins, across the blocks of this launch (the claim) and the kernels
+// before it (a word already set); the fields are written before the word, so the
+// host never sees a word without its details.
 __device__ void record_split_failure(const OpsParams& p, uint32_t kind, uint32_t peer,
                                      int64_t rows, int64_t room) {
   OpsError* e = reinterpret_cast<OpsError*>(p.err);
   volatile uint32_t* word = &e->word;
-  if (*word == 0) {
+  if (atomicCAS(&g_split_failure_claimed, 0u, 1u) == 0u && *word == 0) {
     e->kind = kind;
     e->op = p.wait.op;
     e->rank = p.rank;
