@@ -15,6 +15,12 @@ that stops, is reported and makes the exit status 1. Then every row the harness
 timed is printed once per run: the graph figure (us per launch, median [min-max] of
 5 repeats), then the eager one.
 
+Where the GPU machine has no CUDA toolkit, build the programs where nvcc is and run
+them there: `kernel_ab.py main my-branch --arch sm_90 --build-into DIR` writes
+DIR/fixed_cost_A, DIR/fixed_cost_B and stops; on the GPU machine,
+`kernel_ab.py DIR/fixed_cost_A DIR/fixed_cost_B` runs them (a side that is a program,
+not a commit or a directory, is run as it is).
+
 Only kernels differ between the sides: a change to the harness, or to a kernel
 function the harness calls by name, must compile against every side.
 Arguments after `--` go to the harness: `--check-only`, or `--only REGEX` to time only
@@ -55,6 +61,12 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.status == 0
+
+
+def is_program(side: str) -> bool:
+    """Whether a side names a fixed_cost program built before (--build-into)."""
+    path = Path(side)
+    return path.is_file() and os.access(path, os.X_OK)
 
 
 def kernels_of(rev: str, into: Path) -> Path:
@@ -133,7 +145,13 @@ def main() -> int:
         "revs",
         nargs="+",
         metavar="SIDE",
-        help="columns A, B, ...: each a commit (or branch), or a directory of kernels",
+        help="columns A, B, ...: each a commit (or branch), a directory of kernels, or a "
+        "fixed_cost program built before (--build-into)",
+    )
+    ap.add_argument(
+        "--build-into",
+        metavar="DIR",
+        help="build every side's program into DIR (fixed_cost_A, ...) and stop: no GPU needed",
     )
     ap.add_argument("--rounds", type=int, default=2, help="runs of every side (default 2)")
     ap.add_argument("--arch", default="native", help="nvcc -arch (default: the GPU present)")
@@ -149,15 +167,24 @@ def main() -> int:
     if not 2 <= len(opts.revs) <= 26:
         ap.error(f"give 2 to 26 sides to compare, not {len(opts.revs)}")
     sides = {chr(ord("A") + i): rev for i, rev in enumerate(opts.revs)}
-    if not os.path.exists(opts.nvcc):
+    prebuilt = {side: Path(rev) for side, rev in sides.items() if is_program(rev)}
+    if opts.build_into and prebuilt:
+        ap.error("--build-into builds from commits or kernel directories, not from programs")
+    if len(prebuilt) < len(sides) and not os.path.exists(opts.nvcc):
         ap.error(f"no nvcc at {opts.nvcc}: install the CUDA toolkit or pass --nvcc")
 
     with tempfile.TemporaryDirectory(prefix="kernel-ab-") as tmp:
-        exes = {}
+        into = Path(opts.build_into) if opts.build_into else Path(tmp)
+        into.mkdir(parents=True, exist_ok=True)
+        exes = dict(prebuilt)
         for side, rev in sides.items():
-            kernels = kernels_of(rev, Path(tmp) / side)
-            exes[side] = Path(tmp) / f"fixed_cost_{side}"
-            build(opts.nvcc, opts.arch, kernels, exes[side])
+            if side not in exes:
+                exes[side] = into / f"fixed_cost_{side}"
+                build(opts.nvcc, opts.arch, kernels_of(rev, Path(tmp) / side), exes[side])
+        if opts.build_into:
+            named = ", ".join(f"{exes[side]} = {rev}" for side, rev in sides.items())
+            print(f"built {named}")
+            return 0
         runs = [
             run_once(side, exes[side], harness_args, opts.limit)
             for _ in range(opts.rounds)
