@@ -154,3 +154,29 @@ def test_kernel_ab_takes_a_directory_of_kernels_for_a_commit(tmp_path):
     done = _kernel_ab(repo, "a", str(tmp_path))
     assert done.returncode != 0
     assert "is a directory without ops.cu" in done.stderr
+
+
+def test_kernel_ab_builds_where_nvcc_is_and_runs_the_programs_where_it_is_not(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    built = tmp_path / "built"
+    done = _kernel_ab(repo, "a", "b", "--build-into", str(built))
+    assert done.returncode == 0, done.stdout + done.stderr
+    programs = [built / "fixed_cost_A", built / "fixed_cost_B"]
+    assert all(p.is_file() and os.access(p, os.X_OK) for p in programs)
+    assert not any(l.startswith("run ") for l in done.stdout.splitlines())  # built, not run
+    # On the GPU machine: no nvcc, the programs are the sides.
+    (repo.parent / "nvcc").unlink()
+    done = _kernel_ab(repo, *map(str, programs), "--rounds", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(l.startswith("$ ") for l in done.stdout.splitlines())
+    assert [l.split(":")[0] for l in done.stdout.splitlines() if l.startswith("run ")] == ["run A", "run B"]
+    assert "| empty kernel | 1.00 [0.90-1.10] | 0.50 [0.40-0.60] |" in done.stdout
+
+
+def test_kernel_ab_builds_only_from_commits_or_kernels(tmp_path):
+    repo = _two_commit_checkout(tmp_path)
+    built = tmp_path / "built"
+    assert _kernel_ab(repo, "a", "b", "--build-into", str(built)).returncode == 0
+    done = _kernel_ab(repo, "a", str(built / "fixed_cost_B"), "--build-into", str(tmp_path / "again"))
+    assert done.returncode == 2
+    assert "--build-into builds from commits or kernel directories, not from programs" in done.stderr
