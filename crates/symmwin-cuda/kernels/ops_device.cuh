@@ -269,13 +269,27 @@ __device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) st_v4(d4 + i0 + static_cast<uint64_t>(u) * kThreads, v[u]);
   }
-  // The vectors past the last whole tile and the last < 16 bytes go to one part
-  // (32-bit remainder: `full` < 2^32 tiles below 128 TiB).
-  const uint32_t tail_part = full >> 32 ? static_cast<uint32_t>(full % parts)
-                                         : static_cast<uint32_t>(full) % parts;
+  // The vectors past the last whole tile (fewer than a tile) and the last < 16 bytes go
+  // to one part: no division when there are fewer tiles than parts (every small op),
+  // a 32-bit one below 2^32 tiles. The vectors move as one tile, its loads all in
+  // flight before the first store: a loop of one load and its store per round waited
+  // a memory round trip per 8 KiB, up to four for a share that ends inside a tile
+  // (every MoE segment of a block's rows).
+  const uint32_t tail_part = full < parts    ? static_cast<uint32_t>(full)
+                             : full >> 32 ? static_cast<uint32_t>(full % parts)
+                                          : static_cast<uint32_t>(full) % parts;
   if (part == tail_part) {
-    for (uint64_t i = full * kTile + threadIdx.x; i < nvec; i += kThreads) {
-      st_v4(d4 + i, ld_v4(s4 + i));
+    const uint64_t i0 = full * kTile + threadIdx.x;
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t i = i0 + static_cast<uint64_t>(u) * kThreads;
+      if (i < nvec) v[u] = ld_v4(s4 + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t i = i0 + static_cast<uint64_t>(u) * kThreads;
+      if (i < nvec) st_v4(d4 + i, v[u]);
     }
     for (uint64_t i = (nvec << 4) + threadIdx.x; i < n; i += kThreads) {
       dst[i] = src[i];
@@ -299,8 +313,9 @@ __device__ __forceinline__ void share(int64_t total, uint32_t part, uint32_t par
   *hi = total * (part + 1) / parts;
 }
 
+// This rank's own split table: written before the kernel started, in stream order.
 __device__ __forceinline__ int64_t load_i64(const char* p) {
-  return *reinterpret_cast<const volatile int64_t*>(p);
+  return *reinterpret_cast<const int64_t*>(p);
 }
 
 }  // namespace symmwin_ops

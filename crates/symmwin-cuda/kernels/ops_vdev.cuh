@@ -67,6 +67,14 @@ __device__ __forceinline__ int64_t load_acquire_i64(const char* p) {
   return v;
 }
 
+// An entry of `owner`'s split table. A peer's is an acquire load (above); this rank's
+// own was written before the kernel started, in stream order, so a plain load, which
+// need not wait for the acquire loads before it, reads it.
+__device__ __forceinline__ int64_t load_table_i64(const OpsParams& p, uint32_t owner,
+                                                  const char* at) {
+  return owner == p.rank ? load_i64(at) : load_acquire_i64(at);
+}
+
 __device__ __forceinline__ uint32_t load_acquire_u32(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -217,14 +225,14 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
       case SYMMWIN_A2AV_2D: at = static_cast<uint64_t>(p.rank) * p.experts + e; break;
       default: at = static_cast<uint64_t>(e) * p.world + p.rank; break;
     }
-    vdev_splits[i] = load_acquire_i64(operand_at(p.src_splits, src) + at * sizeof(int64_t));
+    vdev_splits[i] = load_table_i64(p, src, operand_at(p.src_splits, src) + at * sizeof(int64_t));
     if (check) sent += own_split(p, own, i, in_rows, &bad);
-    if (i < before) base += load_acquire_i64(theirs + i * sizeof(int64_t));
+    if (i < before) base += load_table_i64(p, s, theirs + i * sizeof(int64_t));
   });
   if (explicit_offsets) {
     for_each_owned<Team>(p.experts, [&](uint32_t e) {
       const uint64_t at = n + static_cast<uint64_t>(e) * p.world + p.rank;
-      vdev_seg_src[e] = load_acquire_i64(theirs + at * sizeof(int64_t));
+      vdev_seg_src[e] = load_table_i64(p, s, theirs + at * sizeof(int64_t));
     });
   }
   Team::sum2(&sent, &base);
@@ -345,18 +353,32 @@ __device__ int64_t segments_of(const OpsParams& p, uint32_t s, int64_t base) {
   return vdev_offsets[last] + vdev_splits[last] - start;
 }
 
-// Copies rows [lo, hi) of source `s`'s `total` rows to this rank, segment by segment.
+// Where source `s`'s rows land: entry first + e * step of the plan is its segment e.
+struct SourceRows {
+  const char* in;    // the source's input
+  char* out;         // this rank's output
+  uint64_t row_bytes;
+  uint32_t experts;  // segments
+  uint32_t first;    // recv_index(p, s, 0)
+  uint32_t step;     // recv_index(p, s, e + 1) - recv_index(p, s, e)
+};
+
+// Copies rows [lo, hi) of a source's `total` rows to this rank, segment by segment.
 // Not inlined, so the copy loop gets registers of its own: inlined into the kernel,
 // ptxas kept the plan's values live across it and spilled them, and MoE dispatch and
-// combine ran 3.4 and 3.8 us slower (bench/fixed_cost.cu, H100).
-__device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total, int64_t lo,
-                                       int64_t hi) {
+// combine ran 3.4 and 3.8 us slower (bench/fixed_cost.cu, H100). It takes what it
+// needs by value: given the kernel's parameters by reference, the out-of-line copy
+// read each through memory (a generic load of the parameter space, after the plan's
+// acquire loads had emptied the L1), where the kernel reads them from the constant
+// cache.
+__device__ __noinline__ void copy_source_rows(const SourceRows r, int64_t total, int64_t lo,
+                                              int64_t hi) {
   if (lo >= hi) {
     return;
   }
   // The last segment that starts at or before `lo` holds it (empty ones start where
   // the next does).
-  uint32_t first = 0, count = p.experts;
+  uint32_t first = 0, count = r.experts;
   while (count > 1) {
     const uint32_t half = count / 2;
     if (vdev_seg_first[first + half] <= lo) {
@@ -366,21 +388,28 @@ __device__ __noinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t t
       count = half;
     }
   }
-  const char* in = operand_at(p.src, s);
-  char* out = operand_at(p.dst, p.rank);
-  for (uint32_t e = first; e < p.experts && vdev_seg_first[e] < hi; ++e) {
+  for (uint32_t e = first; e < r.experts && vdev_seg_first[e] < hi; ++e) {
     const int64_t start = vdev_seg_first[e];
-    const int64_t end = e + 1 < p.experts ? vdev_seg_first[e + 1] : total;
+    const int64_t end = e + 1 < r.experts ? vdev_seg_first[e + 1] : total;
     const int64_t a = lo > start ? lo : start;
     const int64_t b = hi < end ? hi : end;
     if (a < b) {
       const uint64_t skip = static_cast<uint64_t>(a - start);
-      const uint64_t to = static_cast<uint64_t>(vdev_offsets[recv_index(p, s, e)]) + skip;
+      const uint64_t to = static_cast<uint64_t>(vdev_offsets[r.first + e * r.step]) + skip;
       const uint64_t from = static_cast<uint64_t>(vdev_seg_src[e]) + skip;
-      copy_part(out + to * p.row_bytes, in + from * p.row_bytes,
-                static_cast<uint64_t>(b - a) * p.row_bytes, 0, 1);
+      copy_part(r.out + to * r.row_bytes, r.in + from * r.row_bytes,
+                static_cast<uint64_t>(b - a) * r.row_bytes, 0, 1);
     }
   }
+}
+
+// Copies rows [lo, hi) of source `s`'s `total` rows to this rank (copy_source_rows).
+__device__ __forceinline__ void copy_rows(const OpsParams& p, uint32_t s, int64_t total,
+                                          int64_t lo, int64_t hi) {
+  const uint32_t first = recv_index(p, s, 0u);
+  const SourceRows rows{operand_at(p.src, s), operand_at(p.dst, p.rank), p.row_bytes,
+                        p.experts,            first,                     recv_index(p, s, 1u) - first};
+  copy_source_rows(rows, total, lo, hi);
 }
 
 // Everything before the copy, run by `Team`: this rank's table checked and announced
