@@ -1,8 +1,8 @@
 """GPU-only scenarios for torch.ops.symmwin.* (run by worker.py as
 "ops_gpu_scenarios:<name>"): CUDA graph capture with splits that change between
 replays, both engines of the host-sized ops, long runs interleaved with barrier() and
-torch's one_shot_all_reduce, received splits that overflow `out` (the device traps),
-and the same inputs through torch's NVSHMEM ops for comparison.
+torch's one_shot_all_reduce, received splits that overflow `out` and sent splits
+that do not fit the input (the device traps), and the same inputs through torch's NVSHMEM ops for comparison.
 
 Every rank rebuilds every rank's splits and rows from the same seeds, so it knows what
 it must receive without trusting any collective."""
@@ -253,6 +253,39 @@ def overflow(ctx):
     except RuntimeError as e:
         result["next"] = str(e)
     # The context is lost: leave at once, without torch's or the group's teardown.
+    ctx.exit_code = 0
+    return result
+
+
+# Rank 0's in_splits for each bad_split case (16 input rows), in a world of 2.
+BAD_SPLITS = {"large": [0, 17], "negative": [-1, 0], "sum": [10, 10]}
+
+
+def bad_split(ctx):
+    """Rank 0 sends splits its input cannot honour (args: case, a key of BAD_SPLITS):
+    its device checks its own table, prints and traps before anything is sent; rank 1
+    times out waiting for it or sees it exit. As in `overflow`, the next symmwin call
+    names what happened."""
+    W, me = ctx.world, ctx.rank
+    g = _group()
+    inp = _sym(ctx, (16, HIDDEN), torch.float32)
+    out = _sym(ctx, (64, HIDDEN), torch.float32)
+    in_splits = _sym(ctx, (W,), torch.int64)
+    out_so = _sym(ctx, (2, W), torch.int64)
+    in_splits.copy_(torch.tensor(BAD_SPLITS[ctx.args["case"]] if me == 0 else [1] * W))
+    torch.cuda.synchronize()
+    result = {}
+    try:
+        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
+        torch.cuda.synchronize()
+        result["sync"] = "no error"
+    except RuntimeError as e:
+        result["sync"] = str(e)
+    try:
+        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
+        result["next"] = "no error"
+    except RuntimeError as e:
+        result["next"] = str(e)
     ctx.exit_code = 0
     return result
 

@@ -1,8 +1,8 @@
 """torch.ops.symmwin.* on CUDA windows: graph capture with changing splits, both
 engines, long runs next to barrier() and one_shot_all_reduce, device-side overflow,
-and identical results to torch's NVSHMEM ops. World 4 and 8 share the GPUs (gloo
-groups; NCCL refuses two ranks on one GPU); the NVSHMEM comparison needs one GPU per
-rank. Scenarios: ops_gpu_scenarios.py."""
+sent splits the input cannot honour, and identical results to torch's NVSHMEM ops.
+World 4 and 8 share the GPUs (gloo groups; NCCL refuses two ranks on one GPU); the
+NVSHMEM comparison needs one GPU per rank. Scenarios: ops_gpu_scenarios.py."""
 
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ def test_received_splits_larger_than_out_trap_and_name_the_peer():
     waited = results[1]["next"]
     exited = "rank 0 (pid " in waited and "exited while rank 1 waited for it" in waited
     assert exited or ("timed out" in waited and "0" in waited), results[1]
+
+
+@pytest.mark.parametrize(
+    "case, named",
+    [
+        ("large", "a split of 17 rows for rank 1"),
+        ("negative", "a split of -1 rows for rank 0"),
+        ("sum", "a split of 10 rows for rank 1"),
+    ],
+)
+def test_sent_splits_outside_the_input_trap_and_name_the_split(case, named):
+    results = _run(2, "bad_split", args={"case": case}, timeout=120, env={"SYMMWIN_TIMEOUT_MS": "3000"})
+    assert results[0]["sync"] != "no error", results[0]
+    # Rank 0's device checked its own table before its peer could read a row.
+    said = results[0]["next"]
+    assert named in said and "reaches past the input (16 rows)" in said, said
+    assert results[1]["sync"] != "no error", results[1]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NVSHMEM needs one GPU per rank (2 GPUs)")

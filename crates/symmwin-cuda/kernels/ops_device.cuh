@@ -306,9 +306,17 @@ __device__ __forceinline__ void peer_and_share(const OpsParams& p, uint32_t* pee
   *part = blockIdx.x % bpp;
 }
 
-// Rows [lo, hi) of `parts` equal shares of `total` rows, for share `part`.
+// Rows [lo, hi) of `parts` equal shares of `total` rows (>= 0), for share `part`. A
+// power-of-two count of parts (grid.rs's at a power-of-two world size) shifts: the
+// 64-bit division is a call, in the chain of dependent steps before the copy.
 __device__ __forceinline__ void share(int64_t total, uint32_t part, uint32_t parts, int64_t* lo,
                                       int64_t* hi) {
+  if ((parts & (parts - 1)) == 0) {
+    const int shift = __ffs(static_cast<int>(parts)) - 1;
+    *lo = (total * part) >> shift;
+    *hi = (total * (part + 1)) >> shift;
+    return;
+  }
   *lo = total * part / parts;
   *hi = total * (part + 1) / parts;
 }

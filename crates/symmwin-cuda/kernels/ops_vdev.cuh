@@ -94,26 +94,39 @@ __device__ __forceinline__ uint32_t expert_of(const OpsParams& p, uint32_t i) {
   return p.mode == SYMMWIN_A2AV_2D ? i / p.world : i % p.experts;
 }
 
+// Whether `rows` rows fit in an operand of `bytes` bytes: rows <= bytes / row_bytes,
+// tested with a multiplication because the division is a 64-bit one, a call of some
+// seventy instructions in the plan's chain of dependent steps.
+__device__ __forceinline__ bool rows_fit(uint64_t rows, uint64_t row_bytes, uint64_t bytes) {
+  return __umul64hi(rows, row_bytes) == 0 && rows * row_bytes <= bytes;
+}
+
+// The rows of this rank's input, for the failure paths' messages.
+__device__ __forceinline__ int64_t input_rows(const OpsParams& p) {
+  return static_cast<int64_t>(p.src.bytes / p.row_bytes);
+}
+
 // Entry i of this rank's own table: its rows. A split must be non-negative and inside
 // the input (with its offset, for the 2-D offset layout); the first entry that is not
 // goes to `bad`, and the caller fails it after its loop (fail_own_split), so the loop
 // holds no call and its warp leaves it together.
 __device__ __forceinline__ int64_t own_split(const OpsParams& p, const char* own, uint32_t i,
-                                             int64_t in_rows, uint32_t* bad) {
+                                             uint32_t* bad) {
   const int64_t rows = load_i64(own + i * sizeof(int64_t));
   int64_t off = 0;
   if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
     off = load_i64(own + (p.world * p.experts + i) * sizeof(int64_t));
   }
-  if (rows < 0 || off < 0 || rows > in_rows || off > in_rows - rows) {
+  if (rows < 0 || off < 0 ||
+      !rows_fit(static_cast<uint64_t>(off) + static_cast<uint64_t>(rows), p.row_bytes, p.src.bytes)) {
     *bad = min(*bad, i);
   }
   return rows;
 }
 
 // Traps naming entry i of this rank's own table, which own_split found does not fit.
-__device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own, uint32_t i,
-                                            int64_t in_rows) {
+__device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own, uint32_t i) {
+  const int64_t in_rows = input_rows(p);
   const int64_t rows = load_i64(own + i * sizeof(int64_t));
   if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
     const int64_t off = load_i64(own + (p.world * p.experts + i) * sizeof(int64_t));
@@ -125,7 +138,8 @@ __device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own,
 
 // Consecutive splits summing to more than the input (`sent` > in_rows, 1-D and 2-D):
 // walks the table to name the first split that reaches past it, and traps.
-__device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own, int64_t in_rows) {
+__device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own) {
+  const int64_t in_rows = input_rows(p);
   int64_t end = 0;
   for (uint32_t i = 0; i < p.world * p.experts; ++i) {
     const int64_t rows = load_i64(own + i * sizeof(int64_t));
@@ -142,17 +156,18 @@ __device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own
 // entry fits alone). Called by every thread.
 template <typename Team>
 __device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const char* own,
-                                                      uint32_t bad, int64_t sent,
-                                                      int64_t in_rows) {
+                                                      uint32_t bad, int64_t sent) {
   bad = Team::first_bad_entry(bad);
   if (threadIdx.x != 0) {
     return;
   }
   if (bad != kNoEntry) {
-    fail_own_split(p, own, bad, in_rows);
+    fail_own_split(p, own, bad);
   }
-  if (p.mode != SYMMWIN_A2AV_2D_OFFSET && sent > in_rows) {
-    fail_sent_total(p, own, in_rows);
+  // Every entry fits alone here, so `sent` is a sum of non-negative splits.
+  if (p.mode != SYMMWIN_A2AV_2D_OFFSET &&
+      !rows_fit(static_cast<uint64_t>(sent), p.row_bytes, p.src.bytes)) {
+    fail_sent_total(p, own);
   }
 }
 
@@ -162,13 +177,12 @@ __device__ __forceinline__ void fail_if_own_table_bad(const OpsParams& p, const 
 template <typename Team>
 __device__ void check_own_table(const OpsParams& p) {
   const char* own = operand_at(p.src_splits, p.rank);
-  const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, unused = 0;
   uint32_t bad = kNoEntry;
   for_each_owned<Team>(p.world * p.experts,
-                       [&](uint32_t i) { sent += own_split(p, own, i, in_rows, &bad); });
+                       [&](uint32_t i) { sent += own_split(p, own, i, &bad); });
   Team::sum2(&sent, &unused);
-  fail_if_own_table_bad<Team>(p, own, bad, sent, in_rows);
+  fail_if_own_table_bad<Team>(p, own, bad, sent);
   Team::sync();  // a thread that traps never gets here, so no signal follows it
 }
 
@@ -213,7 +227,6 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
   const char* theirs = operand_at(p.src_splits, s);
   const char* own = operand_at(p.src_splits, p.rank);
   const uint32_t before = explicit_offsets ? 0u : p.rank * p.experts;
-  const int64_t in_rows = static_cast<int64_t>(p.src.bytes / p.row_bytes);
   int64_t sent = 0, base = 0;
   uint32_t bad = kNoEntry;
   for_each_owned<Team>(n, [&](uint32_t i) {
@@ -226,7 +239,7 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
       default: at = static_cast<uint64_t>(e) * p.world + p.rank; break;
     }
     vdev_splits[i] = load_table_i64(p, src, operand_at(p.src_splits, src) + at * sizeof(int64_t));
-    if (check) sent += own_split(p, own, i, in_rows, &bad);
+    if (check) sent += own_split(p, own, i, &bad);
     if (i < before) base += load_table_i64(p, s, theirs + i * sizeof(int64_t));
   });
   if (explicit_offsets) {
@@ -236,7 +249,7 @@ __device__ int64_t gather_plan(const OpsParams& p, uint32_t s, bool check) {
     });
   }
   Team::sum2(&sent, &base);
-  if (check) fail_if_own_table_bad<Team>(p, own, bad, sent, in_rows);
+  if (check) fail_if_own_table_bad<Team>(p, own, bad, sent);
   return base;
 }
 
@@ -273,6 +286,15 @@ __device__ void release_tables(const OpsParams& p, uint32_t ready, uint32_t tabl
   }
 }
 
+// `rows` rounded up to a multiple of `align` (> 0): a mask for a power of two (every
+// alignment MoE layers use), else a 64-bit division.
+__device__ __forceinline__ int64_t align_up(int64_t rows, int64_t align) {
+  if ((align & (align - 1)) == 0) {
+    return (rows + align - 1) & ~(align - 1);
+  }
+  return (rows + align - 1) / align * align;
+}
+
 // Where every received split lands in `out` (vdev_offsets); stops before anything is
 // copied when one does not fit. Called by every thread; synchronises.
 template <typename Team>
@@ -287,7 +309,7 @@ __device__ void plan_offsets(const OpsParams& p) {
     for_each_owned<Team>(major, [&](uint32_t m) {
       const int64_t start = vdev_offsets[m * minor];
       const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
-      const int64_t aligned = (end - start + a - 1) / a * a;
+      const int64_t aligned = align_up(end - start, a);
       vdev_major[m] = aligned > a ? aligned : a;
     });
     Team::sync();
@@ -297,17 +319,18 @@ __device__ void plan_offsets(const OpsParams& p) {
     for_each_owned<Team>(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
     Team::sync();
   }
-  const int64_t room = static_cast<int64_t>(p.dst.bytes / p.row_bytes);
+  // Splits and offsets are non-negative here: every table was checked by its owner.
   uint32_t bad = kNoEntry;
   for_each_owned<Team>(n, [&](uint32_t i) {
-    if (vdev_offsets[i] + vdev_splits[i] > room) {
+    const uint64_t end = static_cast<uint64_t>(vdev_offsets[i]) + static_cast<uint64_t>(vdev_splits[i]);
+    if (!rows_fit(end, p.row_bytes, p.dst.bytes)) {
       bad = min(bad, i);
     }
   });
   bad = Team::first_bad_entry(bad);
   if (bad != kNoEntry && threadIdx.x == 0) {
     fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, bad), vdev_splits[bad],
-               vdev_offsets[bad], room);
+               vdev_offsets[bad], static_cast<int64_t>(p.dst.bytes / p.row_bytes));
   }
 }
 
