@@ -239,16 +239,24 @@ def overflow(ctx):
     in_splits = _sym(ctx, (W,), torch.int64)
     out_so = _sym(ctx, (2, W), torch.int64)
     in_splits.copy_(torch.tensor([3] + [0] * (W - 1)))
+    first = (inp, small if me == 0 else out, in_splits, out_so, g)
+    return _trap_then_next(ctx, first, (inp, out, in_splits, out_so, g))
+
+
+def _trap_then_next(ctx, first, then) -> dict:
+    """all_to_all_vdev with the arguments `first`, which makes a device trap, then
+    with `then`: what the synchronisation after the first raised ("sync") and what the
+    next call raised ("next")."""
     torch.cuda.synchronize()
     result = {}
     try:
-        torch.ops.symmwin.all_to_all_vdev(inp, small if me == 0 else out, in_splits, out_so, g)
+        torch.ops.symmwin.all_to_all_vdev(*first)
         torch.cuda.synchronize()
         result["sync"] = "no error"
     except RuntimeError as e:
         result["sync"] = str(e)
     try:
-        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
+        torch.ops.symmwin.all_to_all_vdev(*then)
         result["next"] = "no error"
     except RuntimeError as e:
         result["next"] = str(e)
@@ -273,21 +281,8 @@ def bad_split(ctx):
     in_splits = _sym(ctx, (W,), torch.int64)
     out_so = _sym(ctx, (2, W), torch.int64)
     in_splits.copy_(torch.tensor(BAD_SPLITS[ctx.args["case"]] if me == 0 else [1] * W))
-    torch.cuda.synchronize()
-    result = {}
-    try:
-        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
-        torch.cuda.synchronize()
-        result["sync"] = "no error"
-    except RuntimeError as e:
-        result["sync"] = str(e)
-    try:
-        torch.ops.symmwin.all_to_all_vdev(inp, out, in_splits, out_so, g)
-        result["next"] = "no error"
-    except RuntimeError as e:
-        result["next"] = str(e)
-    ctx.exit_code = 0
-    return result
+    args = (inp, out, in_splits, out_so, g)
+    return _trap_then_next(ctx, args, args)
 
 
 def _nvshmem_case(ctx, namespace: str):
