@@ -493,6 +493,10 @@ __device__ int64_t plan_in_team(const OpsParams& p, Plan plan) {
 
 // The whole op in one launch: see the top of this file.
 // Channels: [channel, channel + 2 + blocks_per_peer).
+// ptxas gives it 112 registers a thread, so one 512-thread block an SM: grid.rs's 128
+// blocks are all resident on a 132-SM H100 or H200. Holding it to two blocks an SM
+// (__launch_bounds__(kThreads, 2), 64 registers) made every grid slower, 4 KiB 4.1 ->
+// 4.9 us and MoE dispatch 24 -> 30 (bench/results/2026-12-07-one-h100-launch-bound.md).
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_a2av(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
