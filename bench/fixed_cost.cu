@@ -714,8 +714,8 @@ static void probes(cudaStream_t s) {
     row("MoE dispatch 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, d, st); }, s);
     row("MoE combine 256 tokens, fused", [=](cudaStream_t st) { launch_vdev(true, c, st); }, s);
     row("MoE combine 256 tokens, plan + data", [=](cudaStream_t st) { launch_vdev(false, c, st); }, s);
-    // The grid: grid.rs gives the pull kernels 128 blocks at world 1; two blocks an SM
-    // keep twice the loads in flight.
+    // The grid: grid.rs gives the pull kernels 128 blocks at world 1; whether 256 (two
+    // blocks an SM where the kernel's registers allow it) would copy faster.
     OpsParams d2 = d, c2 = c;
     d2.blocks_per_peer = c2.blocks_per_peer = 256;
     row("MoE dispatch 256 tokens, fused, 256 blocks", [=](cudaStream_t st) { launch_vdev(true, d2, st); }, s);

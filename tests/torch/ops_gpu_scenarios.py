@@ -2,7 +2,8 @@
 "ops_gpu_scenarios:<name>"): CUDA graph capture with splits that change between
 replays, both engines of the host-sized ops, long runs interleaved with barrier() and
 torch's one_shot_all_reduce, received splits that overflow `out` and sent splits
-that do not fit the input (the device traps), and the same inputs through torch's NVSHMEM ops for comparison.
+that do not fit the input (the device traps), and the same inputs through torch's
+NVSHMEM ops for comparison.
 
 Every rank rebuilds every rank's splits and rows from the same seeds, so it knows what
 it must receive without trusting any collective."""

@@ -101,9 +101,10 @@ __device__ __forceinline__ bool rows_fit(uint64_t rows, uint64_t row_bytes, uint
   return __umul64hi(rows, row_bytes) == 0 && rows * row_bytes <= bytes;
 }
 
-// The rows of this rank's input, for the failure paths' messages.
-__device__ __forceinline__ int64_t input_rows(const OpsParams& p) {
-  return static_cast<int64_t>(p.src.bytes / p.row_bytes);
+// The rows an operand holds (this rank's input or output), for the failure paths'
+// messages.
+__device__ __forceinline__ int64_t rows_in(const Operand& o, const OpsParams& p) {
+  return static_cast<int64_t>(o.bytes / p.row_bytes);
 }
 
 // Entry i of this rank's own table: its rows. A split must be non-negative and inside
@@ -126,7 +127,7 @@ __device__ __forceinline__ int64_t own_split(const OpsParams& p, const char* own
 
 // Traps naming entry i of this rank's own table, which own_split found does not fit.
 __device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own, uint32_t i) {
-  const int64_t in_rows = input_rows(p);
+  const int64_t in_rows = rows_in(p.src, p);
   const int64_t rows = load_i64(own + i * sizeof(int64_t));
   if (p.mode == SYMMWIN_A2AV_2D_OFFSET) {
     const int64_t off = load_i64(own + (p.world * p.experts + i) * sizeof(int64_t));
@@ -139,7 +140,7 @@ __device__ __noinline__ void fail_own_split(const OpsParams& p, const char* own,
 // Consecutive splits summing to more than the input (`sent` > in_rows, 1-D and 2-D):
 // walks the table to name the first split that reaches past it, and traps.
 __device__ __noinline__ void fail_sent_total(const OpsParams& p, const char* own) {
-  const int64_t in_rows = input_rows(p);
+  const int64_t in_rows = rows_in(p.src, p);
   int64_t end = 0;
   for (uint32_t i = 0; i < p.world * p.experts; ++i) {
     const int64_t rows = load_i64(own + i * sizeof(int64_t));
@@ -330,7 +331,7 @@ __device__ void plan_offsets(const OpsParams& p) {
   bad = Team::first_bad_entry(bad);
   if (bad != kNoEntry && threadIdx.x == 0) {
     fail_split(p, SYMMWIN_OPS_ERR_OVERFLOW, source_of(p, bad), vdev_splits[bad],
-               vdev_offsets[bad], static_cast<int64_t>(p.dst.bytes / p.row_bytes));
+               vdev_offsets[bad], rows_in(p.dst, p));
   }
 }
 
