@@ -296,29 +296,73 @@ __device__ __forceinline__ int64_t align_up(int64_t rows, int64_t align) {
   return (rows + align - 1) / align * align;
 }
 
+// The rows an expert takes in the 2-D layout: its `rows` rounded up to `align`, and
+// never fewer than `align` (an expert that receives nothing still has its place).
+__device__ __forceinline__ int64_t expert_rows(int64_t rows, int64_t align) {
+  const int64_t aligned = align_up(rows, align);
+  return aligned > align ? aligned : align;
+}
+
+// The 2-D offsets (expert-major, each expert's rows aligned) in warp 0, when every
+// entry has a lane (world * experts <= 32): lane i keeps entry i in registers, and two
+// warp scans and three shuffles place it, where place_splits takes two team scans and
+// three passes through shared memory. Expert m = i / world starts after the aligned
+// sizes of the experts before it; entry i, that far plus the rows of its expert's
+// entries before it. Called by every lane of warp 0.
+__device__ void expert_major_offsets_in_warp(const OpsParams& p) {
+  const uint32_t n = p.world * p.experts;
+  const uint32_t i = threadIdx.x;
+  const int64_t split = i < n ? vdev_splits[i] : 0;
+  const int64_t incl = warp_inclusive_scan(split);
+  const int64_t excl = incl - split;
+  const uint32_t first = i / p.world * p.world % WarpTeam::kSize;  // the expert's first entry
+  const uint32_t last = (min(first + p.world, n) - 1) % WarpTeam::kSize;  // its last (lanes < n)
+  const int64_t start = __shfl_sync(kFullMask, excl, first);
+  const int64_t end = __shfl_sync(kFullMask, incl, last);
+  const int64_t size = expert_rows(end - start, p.major_align);
+  const int64_t lead = i < n && i == first ? size : 0;  // one lane an expert counts it
+  const int64_t experts_before = warp_inclusive_scan(lead) - lead;
+  const int64_t expert_start = __shfl_sync(kFullMask, experts_before, first);
+  if (i < n) {
+    vdev_offsets[i] = expert_start + excl - start;
+  }
+  __syncwarp();
+}
+
+// Where every received split lands in `out` (vdev_offsets), by the team. Called by
+// every thread; synchronises.
+template <typename Team>
+__device__ void place_splits(const OpsParams& p) {
+  const uint32_t n = p.world * p.experts;
+  const int64_t total = team_scan<Team>(vdev_splits, vdev_offsets, n);
+  if (p.mode != SYMMWIN_A2AV_2D) {
+    return;
+  }
+  // Expert-major: expert m's sources are entries [m * world, (m + 1) * world).
+  const uint32_t minor = p.world;
+  const uint32_t major = p.experts;
+  for_each_owned<Team>(major, [&](uint32_t m) {
+    const int64_t start = vdev_offsets[m * minor];
+    const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
+    vdev_major[m] = expert_rows(end - start, p.major_align);
+  });
+  Team::sync();
+  team_scan<Team>(vdev_major, vdev_major, major);
+  for_each_owned<Team>(major, [&](uint32_t m) { vdev_major[m] -= vdev_offsets[m * minor]; });
+  Team::sync();
+  for_each_owned<Team>(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
+  Team::sync();
+}
+
 // Where every received split lands in `out` (vdev_offsets); stops before anything is
 // copied when one does not fit. Called by every thread; synchronises.
 template <typename Team>
 __device__ void plan_offsets(const OpsParams& p) {
   const uint32_t n = p.world * p.experts;
-  const int64_t total = team_scan<Team>(vdev_splits, vdev_offsets, n);
-  if (p.mode == SYMMWIN_A2AV_2D) {
-    // Expert-major: expert m's sources are entries [m * world, (m + 1) * world).
-    const uint32_t minor = p.world;
-    const uint32_t major = p.experts;
-    const int64_t a = p.major_align;
-    for_each_owned<Team>(major, [&](uint32_t m) {
-      const int64_t start = vdev_offsets[m * minor];
-      const int64_t end = m + 1 < major ? vdev_offsets[(m + 1) * minor] : total;
-      const int64_t aligned = align_up(end - start, a);
-      vdev_major[m] = aligned > a ? aligned : a;
-    });
-    Team::sync();
-    team_scan<Team>(vdev_major, vdev_major, major);
-    for_each_owned<Team>(major, [&](uint32_t m) { vdev_major[m] -= vdev_offsets[m * minor]; });
-    Team::sync();
-    for_each_owned<Team>(n, [&](uint32_t i) { vdev_offsets[i] += vdev_major[i / minor]; });
-    Team::sync();
+  if (Team::kSize == WarpTeam::kSize && p.mode == SYMMWIN_A2AV_2D) {
+    expert_major_offsets_in_warp(p);
+  } else {
+    place_splits<Team>(p);
   }
   // Splits and offsets are non-negative here: every table was checked by its owner.
   uint32_t bad = kNoEntry;
