@@ -542,6 +542,13 @@ __device__ int64_t plan_in_team(const OpsParams& p, Plan plan) {
 // blocks are all resident on a 132-SM H100 or H200. Holding it to two blocks an SM
 // (__launch_bounds__(kThreads, 2), 64 registers) made every grid slower, 4 KiB 4.1 ->
 // 4.9 us and MoE dispatch 24 -> 30 (bench/results/2026-12-07-one-h100-launch-bound.md).
+// On a part with fewer SMs (114 on an H100 PCIe) the grid still finishes where blocks
+// start in index order, as they do in practice (CUDA does not promise it): a block
+// waits for peer blocks that serve this rank (ready, done), and the stagger puts those
+// first, blocks [0, (world - 1) * bpp), 112 at world 8 (grid.rs). The blocks of our
+// own rows come last: they wait only for ready signals, which peers send before any
+// wait of theirs, and a share-0 block's wait for `tables` ends after them, once blocks
+// that finished freed SMs for them.
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_a2av(const __grid_constant__ OpsParams p) {
   const uint32_t bpp = p.blocks_per_peer;
