@@ -15,7 +15,9 @@
 // difference of their kernels' durations.
 //
 // `--only REGEX` times only the rows whose names match (`--only 'MoE|4 KiB'`),
-// `--check-only` none; `--profile` is for the profilers (below).
+// `--check-only` none; `--profile` is for the profilers (below). `--trace`, in a build
+// with -DFIXED_COST_TRACE, prints where block 0 of each op spends its SM cycles between
+// the kernels' trace points (SYMMWIN_OPS_TRACE_POINT, nothing in other builds).
 //
 // Correctness: every all_to_all_vdev shape with random splits (zeros included, whole
 // tables of zeros, the largest expert count), odd and vector-sized rows and
@@ -34,6 +36,17 @@
 #include <regex>
 #include <string>
 #include <vector>
+
+#ifdef FIXED_COST_TRACE
+// The trace build (-DFIXED_COST_TRACE, for --trace): block 0's thread 0 records the SM
+// clock at each of the kernels' trace points (SYMMWIN_OPS_TRACE_POINT).
+constexpr int kTracePoints = 16;
+__device__ long long g_trace[kTracePoints];
+#define SYMMWIN_OPS_TRACE_POINT(i)                                  \
+  do {                                                              \
+    if (blockIdx.x == 0 && threadIdx.x == 0) g_trace[i] = clock64(); \
+  } while (0)
+#endif
 
 #include "ops.cu"
 #include "vdev_two_kernels.cuh"
@@ -99,6 +112,16 @@ extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_grid(const __g
             blockIdx.x, gridDim.x);
 }
 
+// copy_part of p.bytes as the vdev kernel copies one source's rows: every block its own
+// contiguous share, not tiles dealt round the grid. With equal shares, blocks stream
+// from addresses a power of two apart.
+extern "C" __global__ void __launch_bounds__(kThreads) probe_copy_contiguous(const __grid_constant__ OpsParams p) {
+  const uint64_t vecs = p.bytes >> 4;
+  const uint64_t lo = vecs * blockIdx.x / gridDim.x, hi = vecs * (blockIdx.x + 1) / gridDim.x;
+  copy_part(reinterpret_cast<char*>(p.dst.base) + (lo << 4),
+            reinterpret_cast<const char*>(p.src.base) + (lo << 4), (hi - lo) << 4, 0, 1);
+}
+
 #if !__has_include("ops_team.cuh")
 // Kernels from before ops_team.cuh (for bench/kernel_ab.py against older commits): the
 // block plans every table, and the plan's steps are plain functions.
@@ -151,6 +174,40 @@ __global__ void __launch_bounds__(kThreads) probe_a2av_stages(const __grid_const
   int64_t lo, hi;
   share(total, part, p.blocks_per_peer, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
+}
+
+// The fused kernel's body (symmwin_ops_a2av, copied) with its peer-and-share arithmetic
+// (kProbeShare) or its plan (kProbePlan) swapped for stage 5 probe's, which does the
+// same work at world 1: what the fused kernel spends above the probe, part by part.
+template <bool kProbeShare, bool kProbePlan>
+__global__ void __launch_bounds__(kThreads) probe_fused_parts(const __grid_constant__ OpsParams p) {
+  using namespace symmwin_ops;
+  const uint32_t bpp = p.blocks_per_peer;
+  uint32_t s, part;
+  if constexpr (kProbeShare) {
+    s = p.rank;
+    part = blockIdx.x % bpp;
+  } else {
+    peer_and_share(p, &s, &part);
+  }
+  const int64_t total = plan_in_team(p, [&](auto team) {
+    if constexpr (kProbePlan) {
+      return probe_plan<decltype(team), 5>(p, s);
+    } else {
+      return plan_the_op<decltype(team)>(p, s, part);
+    }
+  });
+  int64_t lo, hi;
+  share(total, part, bpp, &lo, &hi);
+  copy_rows(p, s, total, lo, hi);
+  // symmwin_ops_a2av's finish, spelled out so the harness builds against older kernels.
+  if (s != p.rank) {
+    block_signal(p, s, p.channel + 2 + part);
+    if (threadIdx.x == 0) {
+      wait_peer(p, s, p.channel + 2 + part);
+      if (part == 0) wait_peer(p, s, p.channel + 1);
+    }
+  }
 }
 
 // Whether a kernel's cost grows with the code it runs rather than with its memory
@@ -443,6 +500,16 @@ static void stage_rows(const std::string& label, const OpsParams& v, cudaStream_
     const void* fn = stages[i];
     row((label + names[i]).c_str(), [=](cudaStream_t st) { kernel(fn, v.blocks_per_peer, v, st); }, s);
   }
+  const char* parts[] = {"fused body, built here", "fused body, the probe's peer and share",
+                         "fused body, the probe's plan", "fused body, the probe's share and plan"};
+  const void* variants[] = {reinterpret_cast<const void*>(probe_fused_parts<false, false>),
+                            reinterpret_cast<const void*>(probe_fused_parts<true, false>),
+                            reinterpret_cast<const void*>(probe_fused_parts<false, true>),
+                            reinterpret_cast<const void*>(probe_fused_parts<true, true>)};
+  for (int i = 0; i < 4; ++i) {
+    const void* fn = variants[i];
+    row((label + parts[i]).c_str(), [=](cudaStream_t st) { kernel(fn, v.blocks_per_peer, v, st); }, s);
+  }
 }
 
 // The fused kernel's world-1 stages at `v`'s grid, and what its parts cost alone.
@@ -700,6 +767,13 @@ static void probes(cudaStream_t s) {
         s);
     row(("cudaMemcpyAsync, " + size).c_str(),
         [dst = b.p, src = a.p, bytes](cudaStream_t st) { CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); }, s);
+    if (bytes != kib4) {
+      // The vdev copy's shape against copy_part's own, at the vdev grid.
+      row(("SM copy: copy_part of " + size + ", 128 blocks, tiles dealt round the grid").c_str(),
+          [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(probe_copy_grid), 128, eq, st); }, s);
+      row(("SM copy: copy_part of " + size + ", 128 blocks, each its contiguous 1/128").c_str(),
+          [=](cudaStream_t st) { kernel(reinterpret_cast<const void*>(probe_copy_contiguous), 128, eq, st); }, s);
+    }
   }
 
   // MoE dispatch / combine, 256 tokens x 7168 bf16, top-8, 16 experts, align 16 (bench/ops.py).
@@ -778,6 +852,58 @@ static void profile_kernels(cudaStream_t s) {
   printf("profiled kernels ran\n");
 }
 
+#ifdef FIXED_COST_TRACE
+// One kernel's trace: launched 10 times back to back, 21 times over; for each step
+// between two trace points the last launch reached, the median SM cycles.
+static void trace_row(const char* what, const void* fn, uint32_t grid, const OpsParams& p,
+                      cudaStream_t s, int clock_khz) {
+  std::vector<std::vector<long long>> steps(kTracePoints);
+  for (int r = 0; r < 21; ++r) {
+    std::vector<long long> t(kTracePoints, -1);
+    CHECK(cudaMemcpyToSymbol(g_trace, t.data(), sizeof(long long) * kTracePoints));
+    for (int i = 0; i < 10; ++i) kernel(fn, grid, p, s);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpyFromSymbol(t.data(), g_trace, sizeof(long long) * kTracePoints));
+    int prev = -1;
+    for (int i = 0; i < kTracePoints; ++i) {
+      if (t[i] < 0) continue;
+      if (prev >= 0) steps[i].push_back(t[i] - t[prev]);
+      prev = i;
+    }
+  }
+  printf("| %s |", what);
+  long long total = 0;
+  for (int i = 0; i < kTracePoints; ++i) {
+    if (steps[i].empty()) continue;
+    std::sort(steps[i].begin(), steps[i].end());
+    const long long med = steps[i][steps[i].size() / 2];
+    total += med;
+    printf(" ->%d %lld [%lld-%lld] |", i, med, steps[i].front(), steps[i].back());
+  }
+  printf(" total %lld cycles, %.2f us at %d MHz |\n", total, total * 1e3 / clock_khz, clock_khz / 1000);
+}
+
+// --trace: where block 0 of each op spends its cycles, trace point to trace point
+// (ops_vdev.cuh and ops_collectives.cuh number them), at world 1.
+static void trace_kernels(cudaStream_t s) {
+  int khz = 0;
+  CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  Dev a(64 << 20), b(64 << 20), table(8), so(16);
+  const OpsParams v = vdev_1d_params(a, b, table, so, 4096);
+  const void* fused = reinterpret_cast<const void*>(symmwin_ops_a2av);
+  trace_row("all_to_all_vdev 4 KiB", fused, v.blocks_per_peer, v, s, khz);
+  const Moe moe;
+  trace_row("MoE dispatch 256 tokens", fused, moe.dispatch.blocks_per_peer, moe.dispatch, s, khz);
+  trace_row("MoE combine 256 tokens", fused, moe.combine.blocks_per_peer, moe.combine, s, khz);
+  OpsParams e = base_params(SYMMWIN_OP_ALL_TO_ALL);
+  e.src = operand(a, 4096);
+  e.dst = operand(b, 4096);
+  e.bytes = 4096;
+  e.blocks_per_peer = 1;
+  trace_row("all_to_all 4 KiB", reinterpret_cast<const void*>(symmwin_ops_all_to_all), 1, e, s, khz);
+}
+#endif
+
 int main(int argc, char** argv) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaHostAlloc(&g_record, sizeof(symmwin::TimeoutRecord), cudaHostAllocMapped));
@@ -794,6 +920,15 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--profile") == 0) {
     profile_kernels(s);
     return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "--trace") == 0) {
+#ifdef FIXED_COST_TRACE
+    trace_kernels(s);
+    return 0;
+#else
+    fprintf(stderr, "--trace needs the trace build: nvcc -DFIXED_COST_TRACE ...\n");
+    return 2;
+#endif
   }
   if (argc > 2 && strcmp(argv[1], "--only") == 0) g_only.emplace(argv[2]);
   int failures = check_eager(s) + check_graph(s);

@@ -19,13 +19,16 @@ using namespace symmwin_ops;
 // Channels: [channel, channel + bpp) ready, [channel + bpp, channel + 2 bpp) data.
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_all_to_all(const __grid_constant__ OpsParams p) {
+  SYMMWIN_OPS_TRACE_POINT(0);
   const uint32_t bpp = p.blocks_per_peer;
   uint32_t peer, part;
   peer_and_share(p, &peer, &part);
+  SYMMWIN_OPS_TRACE_POINT(2);
   const char* src = operand_at(p.src, p.rank) + static_cast<uint64_t>(peer) * p.bytes;
   char* dst = operand_at(p.dst, peer) + static_cast<uint64_t>(p.rank) * p.bytes;
   if (peer == p.rank) {
     copy_part(dst, src, p.bytes, part, bpp);
+    SYMMWIN_OPS_TRACE_POINT(8);
     return;
   }
   const uint32_t ready = p.channel + part;

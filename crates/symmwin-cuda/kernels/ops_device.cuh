@@ -11,6 +11,12 @@
 
 namespace symmwin_ops {
 
+// A point on a kernel's path: bench/fixed_cost.cu's trace build (--trace) defines it to
+// record the SM clock of block 0's thread 0 there; it is nothing otherwise.
+#ifndef SYMMWIN_OPS_TRACE_POINT
+#define SYMMWIN_OPS_TRACE_POINT(i) ((void)0)
+#endif
+
 constexpr uint32_t kErrorFlag = 1u << 31;
 constexpr uint32_t kThreads = SYMMWIN_OPS_THREADS;
 
@@ -299,11 +305,22 @@ __device__ void copy_part(char* dst, const char* src, uint64_t n, uint32_t part,
 
 // The peer block blockIdx.x serves in a grid of world * blocks_per_peer blocks, and its
 // share of that peer's data: peer (rank + 1 + b / bpp) % world (staggered, so ranks
-// start on different peers), share b % bpp.
+// start on different peers), share b % bpp. Without a division where it can: every
+// block runs this first, ahead of its plan. A power-of-two bpp (grid.rs's at a
+// power-of-two world size) shifts, and rank + 1 + b / bpp is below 2 * world, so one
+// subtraction wraps it.
 __device__ __forceinline__ void peer_and_share(const OpsParams& p, uint32_t* peer, uint32_t* part) {
   const uint32_t bpp = p.blocks_per_peer;
-  *peer = (p.rank + 1 + blockIdx.x / bpp) % p.world;
-  *part = blockIdx.x % bpp;
+  uint32_t slot;
+  if ((bpp & (bpp - 1)) == 0) {
+    slot = blockIdx.x >> (__ffs(static_cast<int>(bpp)) - 1);
+    *part = blockIdx.x & (bpp - 1);
+  } else {
+    slot = blockIdx.x / bpp;
+    *part = blockIdx.x - slot * bpp;
+  }
+  const uint32_t staggered = p.rank + 1 + slot;
+  *peer = staggered >= p.world ? staggered - p.world : staggered;
 }
 
 // Rows [lo, hi) of `parts` equal shares of `total` rows (>= 0), for share `part`. A

@@ -315,8 +315,9 @@ __device__ void expert_major_offsets_in_warp(const OpsParams& p) {
   const int64_t split = i < n ? vdev_splits[i] : 0;
   const int64_t incl = warp_inclusive_scan(split);
   const int64_t excl = incl - split;
-  const uint32_t first = i / p.world * p.world % WarpTeam::kSize;  // the expert's first entry
-  const uint32_t last = (min(first + p.world, n) - 1) % WarpTeam::kSize;  // its last (lanes < n)
+  // Lanes: first <= i < 32, and last < n <= 32.
+  const uint32_t first = i / p.world * p.world;            // the expert's first entry
+  const uint32_t last = min(first + p.world, n) - 1;       // its last
   const int64_t start = __shfl_sync(kFullMask, excl, first);
   const int64_t end = __shfl_sync(kFullMask, incl, last);
   const int64_t size = expert_rows(end - start, p.major_align);
@@ -499,14 +500,19 @@ __device__ int64_t plan_the_op(const OpsParams& p, uint32_t s, uint32_t part) {
     observe_peers<Team>(p, ready);
   }
   const int64_t base = gather_plan<Team>(p, s, own_rows);
+  SYMMWIN_OPS_TRACE_POINT(3);
   if (p.world > 1 && last_to_read_tables<Team>(p, ready)) {
     release_tables(p, ready, tables);
   }
   plan_offsets<Team>(p);
+  SYMMWIN_OPS_TRACE_POINT(4);
   if (blockIdx.x == 0) {
     write_out_splits_offsets<Team>(p);
   }
-  return segments_of<Team>(p, s, base);
+  SYMMWIN_OPS_TRACE_POINT(5);
+  const int64_t rows = segments_of<Team>(p, s, base);
+  SYMMWIN_OPS_TRACE_POINT(6);
+  return rows;
 }
 
 // Whether warp 0 alone plans the op: every table has at most 32 entries, so a lane
@@ -534,6 +540,25 @@ __device__ int64_t plan_in_team(const OpsParams& p, Plan plan) {
   return vdev_rows_of_source;
 }
 
+// After a block copied its share of peer `s`'s rows: it tells `s` so, and waits until
+// `s`'s matching block read ours (and, share 0, until every block of `s` read our
+// table), so the kernel ends only when no peer will read our input again. A block that
+// copied our own rows has no one to wait for.
+__device__ __forceinline__ void finish_with_peer(const OpsParams& p, uint32_t s, uint32_t part) {
+  if (s == p.rank) {
+    return;
+  }
+  const uint32_t tables = p.channel + 1;
+  const uint32_t done = p.channel + 2 + part;
+  block_signal(p, s, done);
+  if (threadIdx.x == 0) {
+    wait_peer(p, s, done);
+    if (part == 0) {
+      wait_peer(p, s, tables);
+    }
+  }
+}
+
 }  // namespace symmwin_ops
 
 // The whole op in one launch: see the top of this file.
@@ -551,24 +576,18 @@ __device__ int64_t plan_in_team(const OpsParams& p, Plan plan) {
 // that finished freed SMs for them.
 extern "C" __global__ void __launch_bounds__(kThreads)
     symmwin_ops_a2av(const __grid_constant__ OpsParams p) {
+  SYMMWIN_OPS_TRACE_POINT(0);
   const uint32_t bpp = p.blocks_per_peer;
   uint32_t s, part;
   peer_and_share(p, &s, &part);
+  SYMMWIN_OPS_TRACE_POINT(2);
   const int64_t total =
       plan_in_team(p, [&](auto team) { return plan_the_op<decltype(team)>(p, s, part); });
+  SYMMWIN_OPS_TRACE_POINT(7);
   int64_t lo, hi;
   share(total, part, bpp, &lo, &hi);
   copy_rows(p, s, total, lo, hi);
-  if (s == p.rank) {
-    return;
-  }
-  const uint32_t tables = p.channel + 1;
-  const uint32_t done = p.channel + 2 + part;
-  block_signal(p, s, done);
-  if (threadIdx.x == 0) {
-    wait_peer(p, s, done);
-    if (part == 0) {
-      wait_peer(p, s, tables);
-    }
-  }
+  SYMMWIN_OPS_TRACE_POINT(8);
+  finish_with_peer(p, s, part);
+  SYMMWIN_OPS_TRACE_POINT(9);
 }
