@@ -59,6 +59,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "crate graph is the layers"
 scripts/check_crate_graph.sh
 
+step "docs name files that exist"
+"$PY" scripts/check_doc_paths.py
+
 step "symmwin builds without CUDA (--no-default-features)"
 cargo check -p symmwin --no-default-features --all-targets
 
