@@ -16,6 +16,7 @@ Usage: scripts/check_doc_paths.py   (reads `git ls-files`; exits 1 naming each m
 
 from __future__ import annotations
 
+import posixpath
 import re
 import subprocess
 import sys
@@ -41,15 +42,8 @@ class Tree:
         ref = ref.rstrip("/")
         if "*" in ref:
             ref = ref[: ref.index("*")].rsplit("/", 1)[0]
-        for candidate in (PurePosixPath(ref), PurePosixPath(doc).parent / ref):
-            parts: list[str] = []
-            for part in candidate.parts:  # `..` resolved by name, not on the disk
-                if part == "..":
-                    if parts:
-                        parts.pop()
-                elif part != ".":
-                    parts.append(part)
-            name = "/".join(parts)
+        for candidate in (ref, posixpath.join(posixpath.dirname(doc), ref)):
+            name = posixpath.normpath(candidate)  # `..` resolved by name, not on the disk
             if name in self.files or name in self.folders:
                 return True
         return False
